@@ -1,0 +1,179 @@
+"""All-or-nothing file replacement and no-clobber rename, cheap on a memfs mount.
+
+Owns the two ways the handler changes a file's bytes and the one way it moves things:
+
+* On an ordinary filesystem a rewrite is the classic temp file in the same directory + `fsync` +
+  `os.replace` (a new file under `exclusive` is published with `link`, which fails if the name
+  exists), so a reader sees the old bytes or the new bytes, never a mix.
+* On a memfs mount (fstype `fuse.memfs` in /proc/self/mountinfo) the mount itself promises that:
+  it uploads the whole object with one PUT at `close()`, and no empty or partial object is ever
+  visible. So we open the file itself with `O_TRUNC`, write and close: 1 PUT, where temp + rename
+  would cost PUT + COPY + DELETE. `close()` reports the upload's outcome, so its `OSError`
+  (ESTALE/EIO on a lost race) is the write's error.
+* `rename_noreplace` uses `renameat2(RENAME_NOREPLACE)` so an existing destination is never
+  overwritten, falling back to check-then-rename where the filesystem lacks it.
+
+Every function takes directory fds and leaf names from `memfs.paths` (no path strings), and never
+follows a symlink at the leaf.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import secrets
+import stat
+from contextlib import suppress
+
+_NEW_FILE_MODE = 0o600
+_MEMFS_FSTYPE = "fuse.memfs"
+_RENAME_NOREPLACE = 1
+
+_memfs_by_dev: dict[int, bool] = {}
+
+
+def _unescape_mountinfo(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo octal.
+    out, i = [], 0
+    while i < len(field):
+        code = field[i + 1 : i + 4]
+        if field[i] == "\\" and len(code) == 3 and code.isdigit():
+            out.append(chr(int(code, 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def fstype_of_dev(dev: int, mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """The fstype of the mount whose device is `dev` (from `st_dev`), or None if not listed."""
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    found = None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 7 or fields[2] != want or "-" not in fields[6:]:
+            continue
+        sep = fields.index("-", 6)
+        if sep + 1 < len(fields):
+            found = _unescape_mountinfo(fields[sep + 1])  # the last (topmost) match wins
+    return found
+
+
+def on_memfs(dir_fd: int) -> bool:
+    """True when the directory `dir_fd` lives on a memfs mount.
+
+    Decided by the directory's own device number (every FUSE mount gets its own), looked up in
+    /proc/self/mountinfo, and cached per device.
+    """
+    dev = os.fstat(dir_fd).st_dev
+    cached = _memfs_by_dev.get(dev)
+    if cached is None:
+        cached = _memfs_by_dev[dev] = fstype_of_dev(dev) == _MEMFS_FSTYPE
+    return cached
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written == 0:
+            raise OSError(errno.EIO, "write returned 0")
+        view = view[written:]
+
+
+def write_file(dir_fd: int, name: str, data: bytes, *, exclusive: bool = False) -> None:
+    """Make `name` in `dir_fd` hold exactly `data`, all or nothing.
+
+    `exclusive` raises `FileExistsError` if `name` exists (never replaces it). Any other failure
+    raises `OSError`, and the previous content (or absence) of `name` is what readers see.
+    """
+    if on_memfs(dir_fd):
+        _write_in_place(dir_fd, name, data, exclusive)
+    else:
+        _write_via_temp(dir_fd, name, data, exclusive)
+
+
+def _write_in_place(dir_fd: int, name: str, data: bytes, exclusive: bool) -> None:
+    # memfs contract: the object is replaced by one PUT at close(); O_TRUNC never publishes an
+    # empty object, and close() returns the PUT's error (ESTALE if someone else won a race).
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags |= os.O_EXCL if exclusive else os.O_TRUNC
+    fd = os.open(name, flags, _NEW_FILE_MODE, dir_fd=dir_fd)
+    try:
+        _write_all(fd, data)
+    except BaseException:
+        with suppress(OSError):
+            os.close(fd)
+        raise
+    os.close(fd)
+
+
+def _write_via_temp(dir_fd: int, name: str, data: bytes, exclusive: bool) -> None:
+    tmp = f".memfs-tmp-{secrets.token_hex(8)}"
+    mode = _NEW_FILE_MODE
+    with suppress(OSError):
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISREG(st.st_mode):
+            mode = stat.S_IMODE(st.st_mode)  # a rewrite keeps the file's permissions
+    fd = os.open(
+        tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+        dir_fd=dir_fd,
+    )
+    try:
+        try:
+            os.fchmod(fd, mode)
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if exclusive:
+            # Fails with FileExistsError instead of replacing: an atomic create-if-absent.
+            rename_noreplace(dir_fd, tmp, dir_fd, name)
+        else:
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
+    with suppress(OSError):
+        os.fsync(dir_fd)  # make the new directory entry durable too
+
+
+def _renameat2() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_RENAMEAT2 = _renameat2()
+
+
+def rename_noreplace(src_dir_fd: int, src: str, dst_dir_fd: int, dst: str) -> None:
+    """Rename without ever replacing an existing `dst` (raises `FileExistsError` instead)."""
+    if _RENAMEAT2 is not None:
+        rc = _RENAMEAT2(src_dir_fd, os.fsencode(src), dst_dir_fd, os.fsencode(dst),
+                        _RENAME_NOREPLACE)
+        if rc == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            raise OSError(err, os.strerror(err), dst)
+        # EINVAL: the filesystem has no RENAME_NOREPLACE (or a directory into itself, which
+        # the plain rename below reports the same way).
+    try:
+        os.stat(dst, dir_fd=dst_dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+    else:
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst)

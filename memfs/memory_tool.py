@@ -1,0 +1,84 @@
+"""`MemoryTool`: the handler as an Anthropic SDK memory tool, for the SDK's `tool_runner`.
+
+Owns only the adaptation to the SDK (`anthropic.lib.tools.BetaAbstractMemoryTool`): every command,
+however the SDK parsed it, goes to `MemoryHandler.execute` as a plain mapping, and `CommandError`
+becomes the SDK's `ToolError`, so the runner sends `is_error: true` with our exact text. This is
+the only module that imports `anthropic` (the optional `memfs[anthropic]` extra).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from anthropic.lib.tools import BetaAbstractMemoryTool, BetaFunctionToolResultType, ToolError
+from anthropic.types.beta import (
+    BetaCacheControlEphemeralParam,
+    BetaMemoryTool20250818CreateCommand,
+    BetaMemoryTool20250818DeleteCommand,
+    BetaMemoryTool20250818InsertCommand,
+    BetaMemoryTool20250818RenameCommand,
+    BetaMemoryTool20250818StrReplaceCommand,
+    BetaMemoryTool20250818ViewCommand,
+)
+
+from memfs.handler import DEFAULT_MAX_FILE_BYTES, CommandError, MemoryHandler
+
+
+class MemoryTool(BetaAbstractMemoryTool):
+    """Claude's memory tool backed by the directory `root` (a memfs mount, or any directory).
+
+    ```py
+    runner = client.beta.messages.tool_runner(
+        model=..., max_tokens=..., tools=[MemoryTool("/memories")], messages=[...]
+    )
+    ```
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        cache_control: BetaCacheControlEphemeralParam | None = None,
+    ) -> None:
+        super().__init__(cache_control=cache_control)
+        self.handler = MemoryHandler(root, max_file_bytes=max_file_bytes)
+
+    def _run(self, command: Any) -> BetaFunctionToolResultType:
+        if not isinstance(command, Mapping):
+            to_dict = getattr(command, "to_dict", None)
+            command = to_dict() if callable(to_dict) else command
+        try:
+            return self.handler.execute(command)  # type: ignore[return-value]
+        except CommandError as err:
+            raise ToolError(str(err)) from None
+
+    def call(self, input: object) -> BetaFunctionToolResultType:
+        # The raw input, not the SDK's parsed model: our checks word the errors for Claude.
+        return self._run(input)
+
+    def view(self, command: BetaMemoryTool20250818ViewCommand) -> BetaFunctionToolResultType:
+        return self._run(command)
+
+    def create(self, command: BetaMemoryTool20250818CreateCommand) -> BetaFunctionToolResultType:
+        return self._run(command)
+
+    def str_replace(
+        self, command: BetaMemoryTool20250818StrReplaceCommand
+    ) -> BetaFunctionToolResultType:
+        return self._run(command)
+
+    def insert(self, command: BetaMemoryTool20250818InsertCommand) -> BetaFunctionToolResultType:
+        return self._run(command)
+
+    def delete(self, command: BetaMemoryTool20250818DeleteCommand) -> BetaFunctionToolResultType:
+        return self._run(command)
+
+    def rename(self, command: BetaMemoryTool20250818RenameCommand) -> BetaFunctionToolResultType:
+        return self._run(command)
+
+    def clear_all_memory(self) -> BetaFunctionToolResultType:
+        self.handler.clear_all()
+        return "All memory cleared"

@@ -1,0 +1,213 @@
+"""Turning Claude's `/memories/...` paths into directory file descriptors under the root, safely.
+
+Owns the security core of the handler: nothing outside the root is ever named by a path that
+leaves this module. Two stages:
+
+1. `parse()` checks the string: it must be `/memories` or start with `/memories/`; NUL bytes,
+   control characters and backslashes are refused; `.` and empty components are dropped; `..`
+   pops a component and is refused when it would climb above `/memories`; components that are
+   percent-encoded path syntax (`%2e%2e`, `%2f`, `%252e%252e`, ...) or Unicode lookalikes of it
+   (`．．`, `‥`, `／`, ...) are refused. The result is a tuple of plain names.
+2. `MemoryRoot.walk()` opens the root, then each directory component with
+   `O_DIRECTORY | O_NOFOLLOW` relative to the previous one (`dir_fd`), so the kernel resolves every
+   step and a symbolic link is refused at any depth (it is never followed, wherever it points).
+   Commands then act on `(parent_fd, leaf_name)` with `*at` calls (`dir_fd=`), so a symlink swapped
+   in after the check cannot redirect them.
+
+The root itself is resolved once (`realpath`) when the handler is made: it is the operator's
+choice and may be a symlink (e.g. `/memories -> /mnt/memfs`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from memfs.handler_errors import CommandError
+
+MEMORIES = "/memories"
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_DIR_MODE = 0o700
+_SYNTAX_CHARS = ("/", "\\", "\x00")
+
+
+@dataclass(frozen=True)
+class MemoryPath:
+    """A parsed `/memories` path: `display` as Claude wrote it, `parts` the names under the root."""
+
+    display: str
+    parts: tuple[str, ...]
+
+    @property
+    def is_root(self) -> bool:
+        return not self.parts
+
+    @property
+    def name(self) -> str:
+        return self.parts[-1]
+
+    def prefix(self, n: int) -> str:
+        """`/memories/<first n parts>` for messages."""
+        return "/".join((MEMORIES, *self.parts[:n]))
+
+
+class PathMissing(Exception):
+    """A directory component (or the leaf) does not exist."""
+
+
+class PathNotDirectory(Exception):
+    """A component that must be a directory is a file; `.where` is its `/memories/...` path."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.where = where
+
+
+def symlink_refused(display: str, where: str) -> CommandError:
+    return CommandError(
+        f"The path {display} goes through the symbolic link {where}; "
+        "the memory tool does not follow symbolic links."
+    )
+
+
+def _looks_like_syntax(name: str) -> bool:
+    return name in (".", "..") or any(c in name for c in _SYNTAX_CHARS)
+
+
+def _decodings(name: str) -> Iterator[str]:
+    """`name` percent-decoded once, twice, ... until it stops changing (at most 8 rounds)."""
+    current = name
+    for _ in range(8):
+        decoded = unquote(current, errors="surrogateescape")
+        if decoded == current:
+            return
+        yield decoded
+        current = decoded
+
+
+def parse(path: str) -> MemoryPath:
+    """Check a `/memories/...` string and normalise it to names under the root.
+
+    Raises `CommandError` with the text for Claude when the path is refused.
+    """
+    if "\x00" in path:
+        raise CommandError(f"Path must not contain NUL bytes, got: {path!r}")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        raise CommandError(f"Path must not contain control characters, got: {path!r}")
+    if "\\" in path:
+        raise CommandError(
+            f"Path must not contain backslashes (separate components with /), got: {path}"
+        )
+    if path != MEMORIES and not path.startswith(MEMORIES + "/"):
+        raise CommandError(f"Path must start with /memories, got: {path}")
+    parts: list[str] = []
+    for raw in path[len(MEMORIES) :].split("/"):
+        if raw in ("", "."):
+            continue
+        if raw == "..":
+            if not parts:
+                raise CommandError(f"Path {path} would escape /memories directory")
+            parts.pop()
+            continue
+        for decoded in _decodings(raw):
+            if _looks_like_syntax(decoded) or _looks_like_syntax(
+                unicodedata.normalize("NFKC", decoded)
+            ):
+                raise CommandError(
+                    f"Path {path} contains percent-encoded path syntax ({raw}); "
+                    "write file names literally."
+                )
+        if _looks_like_syntax(unicodedata.normalize("NFKC", raw)):
+            raise CommandError(
+                f"Path {path} contains a name that imitates path syntax ({raw}); "
+                "use plain file names."
+            )
+        parts.append(raw)
+    return MemoryPath(display=path, parts=tuple(parts))
+
+
+def _is_symlink(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+class MemoryRoot:
+    """The real directory that stands for `/memories`."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.path = os.path.realpath(os.fspath(root))
+        if not os.path.isdir(self.path):
+            raise NotADirectoryError(f"memory root {os.fspath(root)!r} is not a directory")
+
+    def open_root(self) -> int:
+        try:
+            return os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as err:
+            raise CommandError(
+                f"The memory directory is not available ({os.strerror(err.errno or 0)})."
+            ) from err
+
+    def open_subdir(self, dir_fd: int, name: str, mp: MemoryPath, depth: int) -> int:
+        """Open `name` under `dir_fd` as a directory, never through a symlink.
+
+        `depth` is the number of parts of `mp` up to and including `name` (for messages).
+        """
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            raise PathMissing(mp.prefix(depth)) from None
+        except OSError as err:
+            if err.errno in (errno.ELOOP, errno.ENOTDIR) and _is_symlink(dir_fd, name):
+                raise symlink_refused(mp.display, mp.prefix(depth)) from None
+            if err.errno == errno.ENOTDIR:
+                raise PathNotDirectory(mp.prefix(depth)) from None
+            raise
+
+    @contextmanager
+    def walk(self, mp: MemoryPath, *, create_parents: bool = False) -> Iterator[int]:
+        """Yield an fd of the directory that holds `mp`'s leaf (the root for `/memories/x`).
+
+        For `/memories` itself it yields the root fd. Missing directories raise `PathMissing`
+        unless `create_parents`, which makes them (mode 0700). A file where a directory is
+        needed raises `PathNotDirectory`; a symlink anywhere raises `CommandError`.
+        """
+        fd = self.open_root()
+        try:
+            dirs = mp.parts[:-1]
+            for i, name in enumerate(dirs, start=1):
+                try:
+                    nxt = self.open_subdir(fd, name, mp, i)
+                except PathMissing:
+                    if not create_parents:
+                        raise
+                    # FileExistsError: made concurrently, or a dangling symlink (open refuses it).
+                    with suppress(FileExistsError):
+                        os.mkdir(name, _NEW_DIR_MODE, dir_fd=fd)
+                    nxt = self.open_subdir(fd, name, mp, i)
+                os.close(fd)
+                fd = nxt
+            yield fd
+        finally:
+            os.close(fd)
+
+    @contextmanager
+    def open_dir(self, mp: MemoryPath) -> Iterator[int]:
+        """Yield an fd of the directory `mp` itself (root included)."""
+        with self.walk(mp) as parent:
+            if mp.is_root:
+                fd = os.dup(parent)
+            else:
+                fd = self.open_subdir(parent, mp.name, mp, len(mp.parts))
+        try:
+            yield fd
+        finally:
+            os.close(fd)
