@@ -456,9 +456,9 @@ class MemoryHandler:
                     f"It should be within the range [0, {len(lines)}]."
                 )
             lines.insert(at, f["insert_text"].rstrip("\n"))
-            new_content = "\n".join(lines)
-            if not new_content.endswith("\n"):
-                new_content += "\n"
+            # Every line ends with a newline afterwards; unlike the SDK (which adds one only if
+            # the joined text lacks it), a blank last line or an inserted empty line survives.
+            new_content = "\n".join(lines) + "\n"
             self._write(parent, mp, self._encode_for_write(mp, new_content))
         return f"The file {mp.display} has been edited."
 
