@@ -376,6 +376,8 @@ class MemoryHandler:
 
     def _create(self, f: dict[str, Any]) -> Content:
         mp = parse(f["path"])
+        if mp.is_root and f["exclusive"]:
+            raise CommandError(f"File {mp.display} already exists")
         if mp.is_root:
             raise CommandError(f"The path {mp.display} is a directory; create needs a file path.")
         data = self._encode_for_write(mp, f["file_text"])
@@ -485,6 +487,7 @@ class MemoryHandler:
         # refused rename leaves no new directories behind.
         if dst.is_root:
             raise exists
+        dst_blocked = None
         try:
             with self.root.walk(dst) as dst_parent:
                 if self._lstat(dst_parent, dst.name) is not None:
@@ -492,12 +495,14 @@ class MemoryHandler:
         except PathMissing:
             pass  # missing parents are made below
         except PathNotDirectory as err:
-            raise CommandError(
-                not_dir.format(src=src.display, dst=dst.display, where=err.where)
-            ) from None
+            dst_blocked = err.where  # reported after a missing source, as rename(2) would
         with self.root.walk(src) as src_parent:
             if self._lstat(src_parent, src.name) is None:
                 raise self._missing(src.display, "rename")
+            if dst_blocked is not None:
+                raise CommandError(
+                    not_dir.format(src=src.display, dst=dst.display, where=dst_blocked)
+                )
             if dst.parts[: len(src.parts)] == src.parts:
                 raise CommandError(f"Cannot move {src.display} into itself ({dst.display}).")
             try:

@@ -1,0 +1,3 @@
+from memfs.cli import main
+
+raise SystemExit(main())

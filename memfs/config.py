@@ -1,0 +1,69 @@
+"""Mount settings: one frozen dataclass, filled from command-line flags and ``MEMFS_*`` variables.
+
+Every flag of ``memfs mount`` has an environment twin (``--metadata-ttl`` is
+``MEMFS_METADATA_TTL``); a flag given on the command line wins over the variable. Credentials and
+the endpoint may also come from boto3's own chain (``AWS_PROFILE``, ``AWS_ENDPOINT_URL_S3``, ...),
+which this module deliberately does not read: boto3 does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_METADATA_TTL = 1.0
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; ``str()`` is the one line shown to the user."""
+
+
+def normalize_prefix(prefix: str) -> str:
+    """``"p"``, ``"/p/"`` and ``"p//"`` all mean the key prefix ``"p/"``; ``""`` is the root."""
+    parts = [p for p in prefix.split("/") if p]
+    for p in parts:
+        if p in (".", ".."):
+            raise ConfigError(f"--prefix {prefix!r}: '.' and '..' are not allowed in a prefix")
+    return "".join(p + "/" for p in parts)
+
+
+@dataclass(frozen=True)
+class MountConfig:
+    mountpoint: Path
+    bucket: str
+    prefix: str = ""
+    endpoint_url: str | None = None
+    region: str | None = None
+    foreground: bool = False
+    read_only: bool = False
+    metadata_ttl: float = DEFAULT_METADATA_TTL
+    cache_dir: Path | None = None
+    uid: int = field(default_factory=os.getuid)
+    gid: int = field(default_factory=os.getgid)
+    allow_other: bool = False
+    log_level: str = "info"
+    # Modes given to objects that carry no s3fs-style mode metadata (written by other tools).
+    default_file_mode: int = 0o600
+    default_dir_mode: int = 0o700
+    # Bounded retries: an unreachable endpoint turns into EIO instead of hanging forever.
+    max_attempts: int = 3
+    connect_timeout: float = 5.0
+    read_timeout: float = 30.0
+    max_connections: int = 16
+
+    def __post_init__(self) -> None:
+        if not self.bucket:
+            raise ConfigError("no bucket: pass --bucket or set MEMFS_BUCKET")
+        if self.metadata_ttl < 0:
+            raise ConfigError(f"--metadata-ttl must be >= 0 seconds, got {self.metadata_ttl}")
+        if self.log_level.lower() not in ("debug", "info", "warning", "error"):
+            raise ConfigError(
+                f"--log-level must be one of debug, info, warning, error; got {self.log_level!r}"
+            )
+        object.__setattr__(self, "prefix", normalize_prefix(self.prefix))
+
+    @property
+    def source(self) -> str:
+        """What ``mount`` shows as the filesystem's source (commas would split mount options)."""
+        return f"s3://{self.bucket}/{self.prefix}".replace(",", "_")

@@ -1,0 +1,177 @@
+"""Mount lifecycle: checks, ``pyfuse3.init``, the trio loop, signals, readiness, clean unmount.
+
+Order matters here:
+
+1. Check the mountpoint (exists, is a directory, empty, not mounted, not a dead FUSE mount) and the
+   bucket (one LIST) *before* mounting, so a mistake is one clear line and leaves no mount behind.
+2. Mount, start serving, and only then prove the mount answers (a ``stat`` of the mountpoint from a
+   worker thread, served by our own loop) before telling anyone it is ready: systemd via
+   ``READY=1``, a backgrounding parent via the readiness pipe.
+3. On SIGTERM/SIGINT: ``STOPPING=1``, upload whatever open files still hold, then unmount.
+   ``fusermount3 -u`` from outside ends the loop just as cleanly.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+from pathlib import Path
+
+import pyfuse3
+import trio
+
+from memfs import sdnotify
+from memfs.config import MountConfig
+from memfs.fs import MemFS
+from memfs.store import Store, StoreError, make_client
+
+log = logging.getLogger(__name__)
+
+READY_FD_ENV = "MEMFS_READY_FD"
+
+
+class MountError(Exception):
+    """The mount cannot be made; ``str()`` is the one line for the user."""
+
+
+def is_mountpoint(path: Path) -> bool:
+    real = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == real for line in f)
+
+
+def check_mountpoint(path: Path) -> None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise MountError(f"mountpoint {path} does not exist") from None
+    except OSError as exc:
+        if exc.errno == errno.ENOTCONN:
+            raise MountError(f"mountpoint {path} has a dead FUSE mount on it (daemon gone): "
+                             f"clean it with 'fusermount3 -u {path}'") from None
+        raise MountError(f"mountpoint {path}: {exc.strerror}") from None
+    if not os.path.isdir(path):
+        raise MountError(f"mountpoint {path} is not a directory")
+    if is_mountpoint(path):
+        raise MountError(f"mountpoint {path} is already mounted")
+    # fusermount3 refuses mountpoints the user cannot write; say so before it does.
+    if os.getuid() != 0 and (not os.access(path, os.W_OK | os.X_OK)
+                             or st.st_uid != os.getuid()):
+        raise MountError(f"mountpoint {path}: permission denied")
+    if any(os.scandir(path)):
+        raise MountError(f"mountpoint {path} is not empty")
+
+
+def explain_store_error(exc: StoreError, config: MountConfig) -> str:
+    where = f"s3://{config.bucket}/{config.prefix}"
+    endpoint = config.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or "AWS S3"
+    if exc.code == "NoSuchBucket":
+        return f"bucket {config.bucket!r} does not exist (endpoint {endpoint})"
+    if exc.errno == errno.EACCES:
+        return f"access to {where} denied ({exc.code}): check the credentials and their policy"
+    if exc.errno == errno.EIO and exc.code in ("EndpointConnectionError", "ConnectTimeoutError",
+                                               "ConnectionClosedError", "ReadTimeoutError"):
+        return f"cannot reach the S3 endpoint {endpoint}: {exc.strerror}"
+    if exc.code == "NoCredentialsError":
+        return ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                "or AWS_PROFILE")
+    return f"cannot use {where}: {exc.strerror}"
+
+
+def _report_ready(message: str) -> None:
+    """Tell a backgrounding parent how the mount went (a line on the readiness pipe)."""
+    fd = os.environ.pop(READY_FD_ENV, None)
+    if fd is None:
+        return
+    try:
+        os.write(int(fd), (message + "\n").encode())
+        os.close(int(fd))
+    except OSError:
+        pass
+
+
+def run(config: MountConfig) -> int:
+    """Mount and serve until unmounted or signalled. Returns the process exit code."""
+    try:
+        check_mountpoint(config.mountpoint)
+        client = make_client(
+            config.endpoint_url, config.region, max_attempts=config.max_attempts,
+            connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
+            max_connections=config.max_connections)
+        store = Store(client, config.bucket, config.prefix)
+        try:
+            store.check_access()
+        except StoreError as exc:
+            raise MountError(explain_store_error(exc, config)) from None
+    except MountError as exc:
+        _report_ready(f"ERROR {exc}")
+        raise
+
+    fs = MemFS(store, config)
+    options = set(pyfuse3.default_options)
+    options |= {f"fsname={config.source}", "subtype=memfs", "noatime"}
+    if config.read_only:
+        options.add("ro")
+    if config.allow_other:
+        options.add("allow_other")
+    try:
+        pyfuse3.init(fs, str(config.mountpoint), options)
+    except RuntimeError as exc:
+        message = f"cannot mount {config.mountpoint}: {exc} (is /dev/fuse available?)"
+        _report_ready(f"ERROR {message}")
+        raise MountError(message) from None
+    log.info("mounted %s on %s", config.source, config.mountpoint)
+    unmount = True
+    try:
+        unmount = trio.run(_serve, fs, config)
+    except BaseException:
+        log.exception("memfs main loop failed")
+        raise
+    finally:
+        pyfuse3.close(unmount=unmount)
+        log.info("unmounted %s", config.mountpoint)
+    return 0
+
+
+async def _serve(fs: MemFS, config: MountConfig) -> bool:
+    """Serve requests; returns whether the mount still needs unmounting by us."""
+    stopped_by_signal = False
+    async with trio.open_nursery() as nursery:
+
+        async def watch_signals() -> None:
+            nonlocal stopped_by_signal
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
+                async for signum in sigs:
+                    log.info("received %s: flushing and unmounting", signal.Signals(signum).name)
+                    sdnotify.notify("STOPPING=1")
+                    failed = await fs.flush_all()
+                    if failed:
+                        log.error("%d open file(s) could not be uploaded before unmount", failed)
+                    stopped_by_signal = True
+                    pyfuse3.terminate()
+                    return
+
+        async def announce_ready() -> None:
+            # The stat is answered by our own loop (started below), so success proves the
+            # kernel ↔ daemon path works end to end, not just that mount(2) returned.
+            try:
+                await trio.to_thread.run_sync(os.stat, str(config.mountpoint))
+            except OSError as exc:
+                log.error("mount does not answer: %s", exc)
+                _report_ready(f"ERROR mount at {config.mountpoint} does not answer: {exc}")
+                pyfuse3.terminate()
+                return
+            sdnotify.notify("READY=1\nSTATUS=serving " + config.source)
+            _report_ready("OK")
+            log.info("ready")
+
+        nursery.start_soon(watch_signals)
+        nursery.start_soon(announce_ready)
+        await pyfuse3.main()
+        nursery.cancel_scope.cancel()
+    if not stopped_by_signal:
+        log.info("unmounted from outside (fusermount3 -u)")
+    # After fusermount3 -u the kernel has already detached the mount; after a signal we must.
+    return stopped_by_signal

@@ -1,0 +1,767 @@
+"""The kernel-facing filesystem: ``pyfuse3.Operations`` translated into store calls.
+
+This is the only module that raises ``FUSEError``. Every handler is wrapped by :func:`fuse_op`,
+which turns a :class:`~memfs.store.StoreError` into its errno and anything unexpected into a logged
+EIO, so no exception can escape into pyfuse3's main loop and leave a dead mount behind.
+
+Rules this module follows (each bites if broken):
+
+* All state lives on the trio thread; boto3 runs in worker threads via ``self._s3`` with a limiter
+  the size of botocore's connection pool. A handler that blocked would freeze the whole mount.
+* Metadata comes from one delimited LIST per directory, cached for ``metadata_ttl`` and kept in
+  step with our own changes; a lookup in a listed directory costs nothing. Files are HEADed only
+  when the kernel asks for attributes of a file we have not confirmed within the TTL.
+* Data is uploaded whole on ``flush`` (every ``close()``) and ``fsync`` with a precondition on the
+  version we started from (If-Match) or on absence (If-None-Match: * for new files). A lost race
+  is ESTALE, and the loser's bytes are saved under ``.memfs-conflicts/`` (see docs/SEMANTICS.md).
+* ``flush`` is where upload errors are reported: ``release`` errors are discarded by the kernel.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import functools
+import logging
+import os
+import socket
+import stat
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pyfuse3
+import trio
+
+from memfs.cache import ContentCache, OpenFile
+from memfs.config import MountConfig
+from memfs.inodes import DirCache, InodeTable, Kind, Node, child_path
+from memfs.store import NotModified, ObjectInfo, Store, StoreError, metadata_for
+
+log = logging.getLogger(__name__)
+
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+NAME_MAX = 255
+KEY_MAX = 1024
+CONFLICT_DIR = ".memfs-conflicts"
+
+
+def fuse_op(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The one place errors become errnos: StoreError → its errno, surprises → logged EIO."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: MemFS, *args: Any) -> Any:
+        try:
+            return await fn(self, *args)
+        except pyfuse3.FUSEError:
+            raise
+        except StoreError as exc:
+            raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
+        except Exception:
+            log.exception("internal error in %s%r", fn.__name__, args[:2])
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return wrapper
+
+
+def fail(err: int) -> pyfuse3.FUSEError:
+    return pyfuse3.FUSEError(err)
+
+
+class MemFS(pyfuse3.Operations):
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+
+    def __init__(self, store: Store, config: MountConfig) -> None:
+        super().__init__()
+        self.store = store
+        self.config = config
+        self.ttl = config.metadata_ttl
+        self.limiter = trio.CapacityLimiter(config.max_connections)
+        root = Node(pyfuse3.ROOT_INODE, "", Kind.DIR, stat.S_IFDIR | config.default_dir_mode,
+                    config.uid, config.gid, nlookup=1, meta_known=True)
+        self.inodes = InodeTable(root)
+        self.open_files: dict[int, OpenFile] = {}  # by inode
+        self.handles: dict[int, OpenFile] = {}  # by file handle
+        self.dir_handles: dict[int, list[tuple[str, Node]]] = {}
+        self._next_fh = 1
+        self.content = ContentCache()
+        # Namespace changes (create, unlink, rename, ...) run one at a time, so a rename never
+        # sees a half-created entry; reads and data transfers run concurrently.
+        self.ns_lock = trio.Lock()
+        self._list_locks: dict[int, trio.Lock] = {}
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    async def _s3(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a blocking store call in a worker thread."""
+        return await trio.to_thread.run_sync(
+            functools.partial(fn, *args, **kwargs), limiter=self.limiter)
+
+    def _fresh(self, t: float) -> bool:
+        return time.time() - t <= self.ttl
+
+    def _node(self, inode: int) -> Node:
+        node = self.inodes.get(inode)
+        if node is None:
+            raise fail(errno.ENOENT)
+        return node
+
+    def _dir(self, inode: int) -> Node:
+        node = self._node(inode)
+        if node.kind is not Kind.DIR:
+            raise fail(errno.ENOTDIR)
+        if node.detached:
+            raise fail(errno.ENOENT)
+        return node
+
+    def _fh(self) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        return fh
+
+    def _writable(self) -> None:
+        if self.config.read_only:
+            raise fail(errno.EROFS)
+
+    def _name(self, raw: bytes) -> str:
+        """A name we can store: valid UTF-8 (S3 keys are), at most NAME_MAX bytes."""
+        if len(raw) > NAME_MAX:
+            raise fail(errno.ENAMETOOLONG)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise fail(errno.EINVAL) from None
+
+    def _check_key(self, path: str, directory: bool = False) -> None:
+        key = self.store.dir_key(path) if directory else self.store.key(path)
+        if len(key.encode()) > KEY_MAX:
+            raise fail(errno.ENAMETOOLONG)
+
+    def _is_local(self, node: Node) -> bool:
+        """True when this mount holds the authoritative state (a file not yet uploaded)."""
+        of = self.open_files.get(node.inode)
+        return of is not None and (of.is_new or of.dirty)
+
+    async def _listing(self, dnode: Node) -> DirCache:
+        """The directory's children: cached if fresh, else one (paginated) LIST."""
+        if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
+            return dnode.listing
+        lock = self._list_locks.setdefault(dnode.inode, trio.Lock())
+        async with lock:
+            if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
+                return dnode.listing
+            path = dnode.path
+            started = time.time()
+            listing = await self._s3(self.store.list_dir, path)
+            cache = DirCache(listing.files, listing.dirs, started)
+            # Files this mount created but has not uploaded yet are not in S3: keep them.
+            for of in self.open_files.values():
+                n = of.node
+                if of.is_new and not n.detached and n.parent_path() == path and n.path:
+                    cache.files[n.name()] = ObjectInfo(n.size, "", n.mtime)
+            dnode.listing = cache
+            return cache
+
+    def _sync_child(self, parent: Node, name: str, listing: DirCache) -> Node | None:
+        """Bring the node for ``parent/name`` in line with the listing; None if it is gone."""
+        path = child_path(parent.path, name)
+        node = self.inodes.at(path)
+        kind = listing.kind_of(name)
+        now = listing.fetched_at
+        if node is not None and self._is_local(node):
+            return node
+        if kind is None:
+            if node is not None:
+                self.inodes.detach(path)
+            return None
+        if node is not None and (node.kind is Kind.DIR) != (kind is Kind.DIR):
+            self.inodes.detach(path)  # replaced remotely by an entry of the other kind
+            node = None
+        cfg = self.config
+        if kind is Kind.DIR:
+            if node is None:
+                node = self.inodes.add(path, Kind.DIR, stat.S_IFDIR | cfg.default_dir_mode,
+                                       cfg.uid, cfg.gid)
+            node.validated_at = max(node.validated_at, now)
+            return node
+        info = listing.files[name]
+        if node is None:
+            node = self.inodes.add(path, Kind.FILE, stat.S_IFREG | cfg.default_file_mode,
+                                   cfg.uid, cfg.gid)
+        if node.etag == info.etag:
+            node.validated_at = max(node.validated_at, now)  # what we know is still current
+        elif info.etag:
+            node.apply_info(info, now)
+        return node
+
+    async def _resolve(self, parent: Node, name: str) -> Node | None:
+        node = self.inodes.at(child_path(parent.path, name))
+        if node is not None and (self._fresh(node.validated_at) or self._is_local(node)):
+            return node
+        listing = await self._listing(parent)
+        return self._sync_child(parent, name, listing)
+
+    def _listing_add(self, parent_path: str, name: str, node: Node) -> None:
+        parent = self.inodes.at(parent_path)
+        if parent is None or parent.listing is None:
+            return
+        parent.listing.discard(name)
+        if node.kind is Kind.DIR:
+            parent.listing.dirs.add(name)
+        else:
+            parent.listing.files[name] = ObjectInfo(node.size, node.etag or "", node.mtime)
+
+    def _listing_remove(self, parent_path: str, name: str) -> None:
+        parent = self.inodes.at(parent_path)
+        if parent is not None and parent.listing is not None:
+            parent.listing.discard(name)
+
+    def _metadata(self, node: Node) -> dict[str, str]:
+        return metadata_for(node.mode, node.uid, node.gid, node.mtime)
+
+    # -- lookups and attributes --------------------------------------------------------------
+
+    @fuse_op
+    async def lookup(self, parent_inode: int, name: bytes, ctx=None) -> pyfuse3.EntryAttributes:
+        parent = self._dir(parent_inode)
+        if name == b".":
+            node = parent
+        elif name == b"..":
+            node = self.inodes.at(parent.parent_path()) or parent
+        else:
+            try:
+                text = self._name(name)
+            except pyfuse3.FUSEError:
+                raise fail(errno.ENOENT) from None
+            found = await self._resolve(parent, text)
+            if found is None:
+                negative = pyfuse3.EntryAttributes()
+                negative.st_ino = 0
+                negative.entry_timeout = self.ttl
+                return negative
+            node = found
+        node.nlookup += 1
+        return node.attributes(self.ttl)
+
+    @fuse_op
+    async def forget(self, inode_list) -> None:
+        for inode, count in inode_list:
+            self.inodes.forget(inode, count)
+
+    @fuse_op
+    async def getattr(self, inode: int, ctx=None) -> pyfuse3.EntryAttributes:
+        node = self._node(inode)
+        if (node.kind is Kind.DIR or node.detached or self._fresh(node.validated_at)
+                or inode in self.open_files):
+            return node.attributes(self.ttl)
+        info = await self._s3(self.store.head, node.path)
+        if info is None:
+            self.inodes.detach(node.path)
+            self._listing_remove(node.parent_path(), node.name())
+            raise fail(errno.ENOENT)
+        node.apply_info(info, time.time())
+        return node.attributes(self.ttl)
+
+    @fuse_op
+    async def setattr(self, inode: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:
+        node = self._node(inode)
+        self._writable()
+        of = self.open_files.get(inode)
+        if fields.update_size:
+            if node.kind is Kind.DIR:
+                raise fail(errno.EISDIR)
+            if of is not None:
+                async with of.lock:
+                    await self._truncate(of, attr.st_size)
+            else:
+                # truncate(2) on a file nobody has open: apply it now, as one conditional PUT.
+                temp = OpenFile(node, base_etag=node.etag)
+                async with temp.lock:
+                    await self._truncate(temp, attr.st_size)
+                    await self._upload(temp)
+        changed = False
+        if fields.update_mode:
+            node.mode = stat.S_IFMT(node.mode) | stat.S_IMODE(attr.st_mode)
+            changed = True
+        if fields.update_uid:
+            node.uid = attr.st_uid
+            changed = True
+        if fields.update_gid:
+            node.gid = attr.st_gid
+            changed = True
+        if fields.update_mtime:
+            node.mtime = attr.st_mtime_ns / 1e9
+            changed = True
+        if changed and inode != pyfuse3.ROOT_INODE:
+            node.meta_known = True
+            if of is not None:
+                of.meta_dirty = True  # goes up with the next flush
+            else:
+                await self._write_metadata(node)
+        return node.attributes(self.ttl)
+
+    async def _write_metadata(self, node: Node) -> None:
+        """chmod/chown/utimens on a closed entry: one request, no data through us."""
+        if node.kind is Kind.DIR:
+            # Also turns an implied directory into one with a marker that carries the metadata.
+            await self._s3(self.store.put, node.path, b"", self._metadata(node), directory=True,
+                           content_type="application/x-directory")
+        else:
+            node.etag = await self._s3(self.store.copy, node.path, node.path,
+                                       metadata=self._metadata(node), src_etag=node.etag)
+        node.validated_at = time.time()
+
+    @fuse_op
+    async def readlink(self, inode: int, ctx=None) -> bytes:
+        node = self._node(inode)
+        if node.kind is not Kind.LINK:
+            raise fail(errno.EINVAL)
+        if node.symlink_target is None:
+            data, info = await self._s3(self.store.get, node.path)
+            node.apply_info(info, time.time())
+            node.symlink_target = data
+        return node.symlink_target
+
+    @fuse_op
+    async def statfs(self, ctx=None) -> pyfuse3.StatvfsData:
+        s = pyfuse3.StatvfsData()
+        s.f_bsize = s.f_frsize = 4096
+        s.f_blocks = s.f_bfree = s.f_bavail = 1 << 40  # S3 has no meaningful capacity limit
+        s.f_files = s.f_ffree = s.f_favail = 1 << 32
+        s.f_namemax = NAME_MAX
+        return s
+
+    # -- directories -------------------------------------------------------------------------
+
+    @fuse_op
+    async def opendir(self, inode: int, ctx=None) -> int:
+        node = self._dir(inode)
+        listing = await self._listing(node)
+        parent = self.inodes.at(node.parent_path()) or node
+        entries: list[tuple[str, Node]] = [(".", node), ("..", parent)]
+        for name in listing.names():
+            child = self._sync_child(node, name, listing)
+            if child is not None:
+                entries.append((name, child))
+        fh = self._fh()
+        # A snapshot per handle keeps readdir offsets stable while the directory changes.
+        self.dir_handles[fh] = entries
+        return fh
+
+    @fuse_op
+    async def readdir(self, fh: int, start_id: int, token) -> None:
+        entries = self.dir_handles[fh]
+        for i in range(start_id, len(entries)):
+            name, node = entries[i]
+            if not pyfuse3.readdir_reply(token, name.encode(), node.attributes(self.ttl), i + 1):
+                break
+            if i >= 2:  # '.' and '..' do not count as lookups
+                node.nlookup += 1
+
+    @fuse_op
+    async def releasedir(self, fh: int) -> None:
+        for _name, node in self.dir_handles.pop(fh, ())[2:]:
+            if node.nlookup == 0:
+                self.inodes.forget(node.inode, 0)
+
+    @fuse_op
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int,
+                    ctx) -> pyfuse3.EntryAttributes:
+        self._writable()
+        text = self._name(name)
+        async with self.ns_lock:
+            parent = self._dir(parent_inode)
+            if await self._resolve(parent, text) is not None:
+                raise fail(errno.EEXIST)
+            path = child_path(parent.path, text)
+            self._check_key(path, directory=True)
+            now = time.time()
+            dir_mode = stat.S_IFDIR | stat.S_IMODE(mode)
+            await self._s3(self.store.put, path, b"", metadata_for(dir_mode, ctx.uid, ctx.gid, now),
+                           directory=True, content_type="application/x-directory")
+            node = self.inodes.add(path, Kind.DIR, dir_mode, ctx.uid, ctx.gid)
+            node.meta_known = True
+            node.mtime = node.validated_at = now
+            node.listing = DirCache({}, set(), now)
+            self._listing_add(parent.path, text, node)
+            node.nlookup += 1
+            return node.attributes(self.ttl)
+
+    @fuse_op
+    async def rmdir(self, parent_inode: int, name: bytes, ctx=None) -> None:
+        self._writable()
+        text = self._name(name)
+        async with self.ns_lock:
+            parent = self._dir(parent_inode)
+            node = await self._resolve(parent, text)
+            if node is None:
+                raise fail(errno.ENOENT)
+            if node.kind is not Kind.DIR:
+                raise fail(errno.ENOTDIR)
+            if not (await self._listing(node)).names() == []:
+                raise fail(errno.ENOTEMPTY)
+            await self._s3(self.store.delete, node.path, directory=True)
+            self.inodes.detach(node.path)
+            self._listing_remove(parent.path, text)
+
+    # -- files -------------------------------------------------------------------------------
+
+    @fuse_op
+    async def create(self, parent_inode: int, name: bytes, mode: int, flags: int, ctx):
+        self._writable()
+        text = self._name(name)
+        async with self.ns_lock:
+            parent = self._dir(parent_inode)
+            existing = await self._resolve(parent, text)
+            if existing is not None:
+                # Created elsewhere after the kernel cached a negative lookup.
+                if flags & os.O_EXCL:
+                    raise fail(errno.EEXIST)
+                if existing.kind is Kind.DIR:
+                    raise fail(errno.EISDIR)
+                fi = await self._open(existing, flags)
+                existing.nlookup += 1
+                return fi, existing.attributes(self.ttl)
+            path = child_path(parent.path, text)
+            self._check_key(path)
+            node = self.inodes.add(path, Kind.FILE, stat.S_IFREG | stat.S_IMODE(mode),
+                                   ctx.uid, ctx.gid)
+            node.meta_known = True
+            node.mtime = node.validated_at = time.time()
+            of = OpenFile(node, data=bytearray(), is_new=True, dirty=True)
+            self.open_files[node.inode] = of
+            self._listing_add(parent.path, text, node)
+            node.nlookup += 1
+            return self._new_handle(of), node.attributes(self.ttl)
+
+    def _new_handle(self, of: OpenFile) -> pyfuse3.FileInfo:
+        of.handles += 1
+        fh = self._fh()
+        self.handles[fh] = of
+        # The kernel's page cache is dropped at each open: what we serve is what we revalidated.
+        return pyfuse3.FileInfo(fh=fh, keep_cache=False)
+
+    @fuse_op
+    async def open(self, inode: int, flags: int, ctx=None) -> pyfuse3.FileInfo:
+        node = self._node(inode)
+        if node.kind is Kind.DIR:
+            raise fail(errno.EISDIR)
+        return await self._open(node, flags)
+
+    async def _open(self, node: Node, flags: int) -> pyfuse3.FileInfo:
+        writing = flags & os.O_ACCMODE != os.O_RDONLY
+        if writing or flags & os.O_TRUNC:
+            self._writable()
+        of = self.open_files.get(node.inode)
+        if of is None:
+            of = OpenFile(node, base_etag=node.etag)
+            self.open_files[node.inode] = of
+        try:
+            async with of.lock:
+                if flags & os.O_TRUNC:
+                    if node.size or of.data:
+                        of.dirty = True
+                        node.mtime = time.time()
+                    of.data = bytearray()
+                    node.size = 0
+                elif of.data is None and flags & os.O_ACCMODE != os.O_WRONLY:
+                    # Readers load (and so revalidate) at open: close-to-open consistency.
+                    # Write-only opens load lazily: `touch` or a chmod need no download.
+                    await self._load(of)
+        except BaseException:
+            if of.handles == 0:
+                self.open_files.pop(node.inode, None)
+            raise
+        return self._new_handle(of)
+
+    async def _load(self, of: OpenFile) -> None:
+        """Fill ``of.data``: from the content cache if its ETag is current, else one GET."""
+        node = of.node
+        if of.is_new:
+            of.data = bytearray()
+            return
+        cached = self.content.get(node.path)
+        if cached and cached[0] == node.etag and self._fresh(node.validated_at):
+            of.data, of.base_etag = bytearray(cached[1]), cached[0]
+            return
+        try:
+            data, info = await self._s3(self.store.get, node.path,
+                                        if_none_match=cached[0] if cached else None)
+        except NotModified:
+            assert cached is not None
+            node.validated_at = time.time()
+            node.etag = cached[0]
+            of.data, of.base_etag = bytearray(cached[1]), cached[0]
+            return
+        except StoreError as exc:
+            if exc.errno == errno.ENOENT and not node.detached:
+                self.inodes.detach(node.path)  # deleted behind our back
+                self._listing_remove(node.parent_path(), node.name())
+            raise
+        node.apply_info(info, time.time())
+        self.content.put(node.path, info.etag, data)
+        of.data, of.base_etag = bytearray(data), info.etag
+
+    async def _truncate(self, of: OpenFile, size: int) -> None:
+        if size == 0:
+            of.data = bytearray()
+        else:
+            if of.data is None:
+                await self._load(of)
+            assert of.data is not None
+            if size < len(of.data):
+                del of.data[size:]
+            else:
+                of.data.extend(b"\0" * (size - len(of.data)))
+        of.dirty = True
+        of.node.size = size
+        of.node.mtime = time.time()
+
+    @fuse_op
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        of = self.handles[fh]
+        if of.data is None:
+            async with of.lock:
+                if of.data is None:
+                    await self._load(of)
+        assert of.data is not None
+        return bytes(of.data[off:off + size])
+
+    @fuse_op
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        of = self.handles[fh]
+        if of.data is None:
+            async with of.lock:
+                if of.data is None:
+                    await self._load(of)
+        data = of.data
+        assert data is not None
+        if off > len(data):
+            data.extend(b"\0" * (off - len(data)))
+        data[off:off + len(buf)] = buf
+        of.dirty = True
+        of.node.size = len(data)
+        of.node.mtime = time.time()
+        return len(buf)
+
+    @fuse_op
+    async def flush(self, fh: int) -> None:
+        await self._flush(self.handles[fh])
+
+    @fuse_op
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        await self._flush(self.handles[fh])
+
+    @fuse_op
+    async def release(self, fh: int) -> None:
+        of = self.handles.pop(fh)
+        of.handles -= 1
+        if of.handles > 0:
+            return
+        try:
+            await self._flush(of)
+        except (StoreError, pyfuse3.FUSEError) as exc:
+            # The kernel discards release errors; flush already reported this one to close().
+            log.warning("upload of %s at release failed: %s", of.node.path, exc)
+        finally:
+            if self.open_files.get(of.node.inode) is of:
+                del self.open_files[of.node.inode]
+
+    async def _flush(self, of: OpenFile) -> None:
+        async with of.lock:
+            if of.node.detached:
+                of.dirty = of.meta_dirty = of.is_new = False  # the name is gone: nothing to keep
+                return
+            if of.dirty or of.is_new:
+                await self._upload(of)
+            elif of.meta_dirty:
+                of.meta_dirty = False
+                await self._write_metadata(of.node)
+                of.base_etag = of.node.etag
+
+    async def _upload(self, of: OpenFile) -> None:
+        """One conditional PUT of the whole file. Caller holds ``of.lock``."""
+        node = of.node
+        if of.data is None:
+            await self._load(of)
+        assert of.data is not None
+        path = node.path
+        self._check_key(path)
+        snapshot = bytes(of.data)
+        metadata = self._metadata(node)
+        of.dirty = of.meta_dirty = False  # writes that land during the PUT set it again
+        try:
+            info = await self._s3(
+                self.store.put, path, snapshot, metadata,
+                if_match=None if of.is_new else of.base_etag,
+                if_none_match=of.is_new or of.base_etag is None)
+        except StoreError as exc:
+            if exc.errno != errno.ESTALE:
+                of.dirty = True  # keep the bytes staged: the next flush/fsync retries
+                raise
+            of.is_new = False
+            await self._save_conflict(path, snapshot, metadata)
+            node.validated_at = 0.0  # make the next lookup/open see the winner
+            self.content.discard(path)
+            of.data = None
+            of.base_etag = None
+            raise
+        of.is_new = False
+        of.base_etag = info.etag
+        node.etag = info.etag
+        node.meta_known = True
+        node.validated_at = time.time()
+        self.content.put(path, info.etag, snapshot)
+        if not node.detached and node.path == path:
+            self._listing_add(node.parent_path(), node.name(), node)
+
+    async def _save_conflict(self, path: str, data: bytes, metadata: dict[str, str]) -> None:
+        """Keep a lost race's bytes where a person (or agent) can find them."""
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        where = f"{CONFLICT_DIR}/{path}.{stamp}.{socket.gethostname()}.{os.getpid()}"
+        try:
+            await self._s3(self.store.put, where, data, metadata)
+        except StoreError as exc:
+            log.error("write conflict on %s and its %d bytes could not be saved to %s: %s",
+                      path, len(data), where, exc)
+            return
+        log.warning("write conflict on %s: another writer changed it first; this writer's "
+                    "%d bytes are kept at %s", path, len(data), where)
+
+    @fuse_op
+    async def unlink(self, parent_inode: int, name: bytes, ctx=None) -> None:
+        self._writable()
+        text = self._name(name)
+        async with self.ns_lock:
+            parent = self._dir(parent_inode)
+            node = await self._resolve(parent, text)
+            if node is None:
+                raise fail(errno.ENOENT)
+            if node.kind is Kind.DIR:
+                raise fail(errno.EISDIR)
+            of = self.open_files.get(node.inode)
+            if of is None or not of.is_new:  # a file never uploaded has nothing in S3
+                await self._s3(self.store.delete, node.path)
+            self.inodes.detach(node.path)
+            self._listing_remove(parent.path, text)
+            self.content.discard(node.path)
+
+    @fuse_op
+    async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx):
+        self._writable()
+        text = self._name(name)
+        async with self.ns_lock:
+            parent = self._dir(parent_inode)
+            if await self._resolve(parent, text) is not None:
+                raise fail(errno.EEXIST)
+            path = child_path(parent.path, text)
+            self._check_key(path)
+            mode = stat.S_IFLNK | 0o777
+            info = await self._s3(self.store.put, path, target,
+                                  metadata_for(mode, ctx.uid, ctx.gid, time.time()),
+                                  if_none_match=True)
+            node = self.inodes.add(path, Kind.LINK, mode, ctx.uid, ctx.gid)
+            node.apply_info(info, time.time())
+            node.symlink_target = target
+            self._listing_add(parent.path, text, node)
+            node.nlookup += 1
+            return node.attributes(self.ttl)
+
+    @fuse_op
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx):
+        raise fail(errno.EPERM)  # S3 has no hard links; git and cp fall back on EPERM
+
+    @fuse_op
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx):
+        if not stat.S_ISREG(mode):
+            raise fail(errno.EPERM)  # no devices, FIFOs or sockets in an object store
+        fi, attrs = await self.create(parent_inode, name, mode, os.O_WRONLY | os.O_EXCL, ctx)
+        await self.release(fi.fh)
+        return attrs
+
+    # -- rename ------------------------------------------------------------------------------
+
+    @fuse_op
+    async def rename(self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes,
+                     flags: int, ctx) -> None:
+        self._writable()
+        if flags & RENAME_EXCHANGE:
+            raise fail(errno.EINVAL)
+        src_name, dst_name = self._name(old_name), self._name(new_name)
+        async with self.ns_lock:
+            src_parent, dst_parent = self._dir(old_parent), self._dir(new_parent)
+            src = await self._resolve(src_parent, src_name)
+            if src is None:
+                raise fail(errno.ENOENT)
+            dst = await self._resolve(dst_parent, dst_name)
+            if dst is src:
+                return
+            if dst is not None and flags & RENAME_NOREPLACE:
+                raise fail(errno.EEXIST)
+            dst_path = child_path(dst_parent.path, dst_name)
+            if src.kind is Kind.DIR:
+                if dst_path.startswith(src.path + "/"):
+                    raise fail(errno.EINVAL)
+                if dst is not None:
+                    if dst.kind is not Kind.DIR:
+                        raise fail(errno.ENOTDIR)
+                    if (await self._listing(dst)).names():
+                        raise fail(errno.ENOTEMPTY)
+                self._check_key(dst_path, directory=True)
+                await self._rename_dir(src, dst_path, dst)
+            else:
+                if dst is not None and dst.kind is Kind.DIR:
+                    raise fail(errno.EISDIR)
+                self._check_key(dst_path)
+                await self._rename_file(src, dst_path)
+            src_path = src.path
+            self.inodes.move(src_path, dst_path)
+            self.content.move(src_path, dst_path)
+            self._listing_remove(src_parent.path, src_name)
+            self._listing_add(dst_parent.path, dst_name, src)
+
+    async def _rename_file(self, src: Node, dst_path: str) -> None:
+        """COPY to the new key, then DELETE the old one (S3 has no rename)."""
+        of = self.open_files.get(src.inode)
+        if of is not None:
+            async with of.lock:
+                if of.is_new or of.dirty:
+                    await self._upload(of)  # move what the writer has, not an older version
+        src.etag = await self._s3(self.store.copy, src.path, dst_path, src_etag=src.etag)
+        await self._s3(self.store.delete, src.path)
+        if of is not None:
+            of.base_etag = src.etag
+
+    async def _rename_dir(self, src: Node, dst_path: str, dst: Node | None) -> None:
+        """Copy every object under the directory, then delete the originals (not atomic)."""
+        keys = await self._s3(lambda: list(self.store.walk_keys(src.path)))
+        for of in list(self.open_files.values()):
+            if of.node.path.startswith(src.path + "/") and (of.dirty or of.is_new):
+                async with of.lock:
+                    await self._upload(of)
+                keys = await self._s3(lambda: list(self.store.walk_keys(src.path)))
+        if dst is not None:
+            await self._s3(self.store.delete, dst.path, directory=True)
+
+        async def copy_one(rel: str) -> None:
+            await self._s3(self.store.copy, f"{src.path}/{rel}", f"{dst_path}/{rel}")
+
+        async with trio.open_nursery() as nursery:
+            for rel, _info in keys:
+                nursery.start_soon(copy_one, rel)
+        await self._s3(self.store.delete_keys, [f"{src.path}/{rel}" for rel, _ in keys])
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def flush_all(self) -> int:
+        """Upload every open file with unsaved changes; returns how many failed."""
+        failed = 0
+        for of in list(self.open_files.values()):
+            try:
+                await self._flush(of)
+            except (StoreError, pyfuse3.FUSEError) as exc:
+                failed += 1
+                log.error("could not upload %s before unmount: %s", of.node.path, exc)
+        return failed

@@ -1,0 +1,188 @@
+"""The inode table: which inode stands for which path, what we last knew of it, and lookup counts.
+
+S3 has keys, the kernel has inodes. Every node carries the path it currently stands for (``""`` is
+the root), its attributes as last seen (from LIST, HEAD, GET or our own write) with the time they
+were confirmed, and the kernel's lookup count. Renames re-key a node and all its descendants.
+A node whose name was removed stays in the table until the kernel forgets it (open files keep
+working on it), but it no longer answers for any path.
+
+Directory listings (``DirCache``) live on directory nodes: names → kind, refreshed by one LIST and
+kept in step with this mount's own changes so they never need a LIST to see what we did.
+"""
+
+from __future__ import annotations
+
+import stat
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+
+import pyfuse3
+
+from memfs.store import ObjectInfo
+
+
+class Kind(Enum):
+    FILE = "file"
+    DIR = "dir"
+    LINK = "link"
+
+
+@dataclass
+class DirCache:
+    """A directory's children as of ``fetched_at`` plus everything this mount did since."""
+
+    files: dict[str, ObjectInfo]
+    dirs: set[str]
+    fetched_at: float
+
+    def names(self) -> list[str]:
+        return sorted(self.dirs | self.files.keys())
+
+    def kind_of(self, name: str) -> Kind | None:
+        if name in self.dirs:
+            return Kind.DIR
+        if name in self.files:
+            return Kind.FILE
+        return None
+
+    def discard(self, name: str) -> None:
+        self.dirs.discard(name)
+        self.files.pop(name, None)
+
+
+@dataclass
+class Node:
+    inode: int
+    path: str
+    kind: Kind
+    mode: int
+    uid: int
+    gid: int
+    size: int = 0
+    mtime: float = field(default_factory=time.time)
+    etag: str | None = None
+    # True when mode/uid/gid came from object metadata (or our own write), not defaults.
+    meta_known: bool = False
+    symlink_target: bytes | None = None
+    validated_at: float = 0.0
+    nlookup: int = 0
+    # Set once the name is gone (unlink, rename over it): the node no longer stands for ``path``.
+    detached: bool = False
+    listing: DirCache | None = None
+
+    def name(self) -> str:
+        return self.path.rpartition("/")[2]
+
+    def parent_path(self) -> str:
+        return self.path.rpartition("/")[0]
+
+    def attributes(self, ttl: float) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = self.inode
+        a.generation = 0
+        a.entry_timeout = ttl
+        a.attr_timeout = ttl
+        a.st_mode = self.mode
+        a.st_nlink = 2 if self.kind is Kind.DIR else 1
+        a.st_uid = self.uid
+        a.st_gid = self.gid
+        a.st_rdev = 0
+        a.st_size = self.size
+        a.st_blksize = 4096
+        a.st_blocks = (self.size + 511) // 512
+        ns = int(self.mtime * 1e9)
+        a.st_atime_ns = ns
+        a.st_mtime_ns = ns
+        a.st_ctime_ns = ns
+        return a
+
+    def apply_info(self, info: ObjectInfo, now: float) -> None:
+        """Take what S3 said about this object; keep known metadata when S3 had none to give."""
+        if info.mode is not None:
+            self.mode = info.mode
+            self.kind = Kind.LINK if stat.S_ISLNK(info.mode) else Kind.FILE
+            self.meta_known = True
+        if info.uid is not None:
+            self.uid = info.uid
+        if info.gid is not None:
+            self.gid = info.gid
+        if self.etag != info.etag:
+            self.symlink_target = None
+        self.size = info.size
+        self.mtime = info.mtime
+        self.etag = info.etag
+        self.validated_at = now
+
+
+def child_path(parent: str, name: str) -> str:
+    return f"{parent}/{name}" if parent else name
+
+
+class InodeTable:
+    """Inode ↔ path bookkeeping. All access happens on the trio thread: no locks needed."""
+
+    def __init__(self, root: Node) -> None:
+        self.by_inode: dict[int, Node] = {root.inode: root}
+        self.by_path: dict[str, Node] = {root.path: root}
+        self._next = pyfuse3.ROOT_INODE + 1
+
+    def __getitem__(self, inode: int) -> Node:
+        return self.by_inode[inode]
+
+    def get(self, inode: int) -> Node | None:
+        return self.by_inode.get(inode)
+
+    def at(self, path: str) -> Node | None:
+        return self.by_path.get(path)
+
+    def add(self, path: str, kind: Kind, mode: int, uid: int, gid: int) -> Node:
+        node = Node(self._next, path, kind, mode, uid, gid)
+        self._next += 1
+        self.by_inode[node.inode] = node
+        old = self.by_path.get(path)
+        if old is not None:
+            old.detached = True
+        self.by_path[path] = node
+        return node
+
+    def detach(self, path: str) -> Node | None:
+        """The name ``path`` (and, for a directory, every name below it) no longer exists."""
+        node = self.by_path.pop(path, None)
+        if node is not None:
+            node.detached = True
+            if node.kind is Kind.DIR:
+                for sub in [p for p in self.by_path if p.startswith(path + "/")]:
+                    self.by_path.pop(sub).detached = True
+            self._drop_if_unused(node)
+        return node
+
+    def move(self, old: str, new: str) -> None:
+        """Re-key ``old`` and its descendants as ``new``; whatever stood at ``new`` is detached."""
+        if old == new:
+            return
+        self.detach(new)
+        moved = [(p, n) for p, n in self.by_path.items() if p == old or p.startswith(old + "/")]
+        for p, _ in moved:
+            del self.by_path[p]
+        for p, n in moved:
+            n.path = new + p[len(old):]
+            self.by_path[n.path] = n
+
+    def forget(self, inode: int, count: int) -> None:
+        node = self.by_inode.get(inode)
+        if node is None or inode == pyfuse3.ROOT_INODE:
+            return
+        node.nlookup = max(0, node.nlookup - count)
+        self._drop_if_unused(node)
+
+    def _drop_if_unused(self, node: Node) -> None:
+        # Nodes the kernel still knows stay; so do named nodes with cached state worth keeping
+        # only while the kernel holds them. Open files hold their node through the file handle.
+        if node.nlookup == 0 and node.inode != pyfuse3.ROOT_INODE:
+            self.by_inode.pop(node.inode, None)
+            if self.by_path.get(node.path) is node:
+                del self.by_path[node.path]
+
+    def descendants(self, path: str) -> list[Node]:
+        return [n for p, n in self.by_path.items() if p.startswith(path + "/")]

@@ -1,0 +1,373 @@
+"""The S3 object store: one object per file under a plain key, and nothing FUSE-specific.
+
+This module owns every boto3 call memfs makes. It is synchronous on purpose: the filesystem runs
+it in worker threads (``trio.to_thread``) so the event loop never waits on the network.
+
+Layout (see docs/SEMANTICS.md): the file ``a/b.md`` under prefix ``p/`` is the object ``p/a/b.md``;
+an empty directory is a zero-byte marker ``p/a/``; directories implied by deeper keys exist too.
+Attributes follow s3fs-fuse's convention in user metadata: ``mode`` (decimal ``st_mode``, including
+the file type bits), ``uid``, ``gid`` and ``mtime`` (seconds). A symlink is an object whose body is
+the target and whose mode says ``S_IFLNK``, as s3fs writes it.
+
+Errors leave this module as :class:`StoreError` carrying an errno, so exactly one layer (fs.py)
+turns them into ``FUSEError``. Retries are botocore's (standard mode, bounded attempts and
+timeouts), so an endpoint that is down becomes EIO after a bounded time instead of a hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import boto3
+import botocore.exceptions
+from botocore.config import Config
+
+log = logging.getLogger(__name__)
+
+# S3 error codes → errno. Anything not listed is EIO. PreconditionFailed means "someone else
+# changed the object since we read it": ESTALE, as gcsfuse reports a lost race.
+_ERRNO_BY_CODE = {
+    "NoSuchKey": errno.ENOENT,
+    "404": errno.ENOENT,
+    "NotFound": errno.ENOENT,
+    "NoSuchBucket": errno.ENOENT,
+    "AccessDenied": errno.EACCES,
+    "403": errno.EACCES,
+    "Forbidden": errno.EACCES,
+    "InvalidAccessKeyId": errno.EACCES,
+    "SignatureDoesNotMatch": errno.EACCES,
+    "ExpiredToken": errno.EACCES,
+    "InvalidToken": errno.EACCES,
+    "PreconditionFailed": errno.ESTALE,
+    "412": errno.ESTALE,
+    "ConditionalRequestConflict": errno.ESTALE,
+    "KeyTooLongError": errno.ENAMETOOLONG,
+    "EntityTooLarge": errno.EFBIG,
+    "InvalidObjectName": errno.EINVAL,
+}
+
+
+class StoreError(OSError):
+    """An S3 failure with the errno the filesystem should report."""
+
+    def __init__(self, err: int, message: str, code: str = "") -> None:
+        super().__init__(err, message)
+        self.code = code
+
+
+class NotModified(Exception):
+    """A conditional GET found the cached version still current."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What S3 knows about one object. ``mode`` etc. are None when the object has no metadata."""
+
+    size: int
+    etag: str
+    mtime: float
+    mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+
+
+@dataclass
+class Listing:
+    """One directory's children from a delimited LIST: files by name, subdirectory names."""
+
+    files: dict[str, ObjectInfo] = field(default_factory=dict)
+    dirs: set[str] = field(default_factory=set)
+    has_marker: bool = False
+
+    def empty(self) -> bool:
+        return not self.files and not self.dirs
+
+
+def metadata_for(mode: int, uid: int, gid: int, mtime: float) -> dict[str, str]:
+    """s3fs-fuse compatible user metadata for an object."""
+    return {"mode": str(mode), "uid": str(uid), "gid": str(gid), "mtime": str(int(mtime))}
+
+
+def _parse_int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _info_from_head(resp: dict) -> ObjectInfo:
+    meta = resp.get("Metadata") or {}
+    mtime = resp["LastModified"].timestamp()
+    if "mtime" in meta:
+        with contextlib.suppress(ValueError):
+            mtime = float(meta["mtime"])
+    return ObjectInfo(
+        size=int(resp.get("ContentLength", 0)),
+        etag=resp["ETag"],
+        mtime=mtime,
+        mode=_parse_int(meta.get("mode")),
+        uid=_parse_int(meta.get("uid")),
+        gid=_parse_int(meta.get("gid")),
+    )
+
+
+def _request_id(exc: Exception) -> str:
+    if isinstance(exc, botocore.exceptions.ClientError):
+        md = exc.response.get("ResponseMetadata", {})
+        return md.get("RequestId") or md.get("HostId") or "-"
+    return "-"
+
+
+def translate(exc: Exception, op: str, key: str) -> StoreError:
+    """Map a boto3/botocore exception to a StoreError, logging it once with the request id."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        err = _ERRNO_BY_CODE.get(code, errno.EIO)
+        message = exc.response.get("Error", {}).get("Message", "") or code
+        level = logging.DEBUG if err in (errno.ENOENT, errno.ESTALE) else logging.WARNING
+        log.log(level, "S3 %s %s failed: %s %s (request id %s)", op, key, code, message,
+                _request_id(exc))
+        return StoreError(err, f"{op} {key}: {code} {message}", code)
+    if isinstance(exc, botocore.exceptions.BotoCoreError | OSError):
+        log.warning("S3 %s %s failed: %s", op, key, exc)
+        return StoreError(errno.EIO, f"{op} {key}: {exc}", type(exc).__name__)
+    raise exc
+
+
+def make_client(
+    endpoint_url: str | None,
+    region: str | None,
+    *,
+    max_attempts: int = 3,
+    connect_timeout: float = 5.0,
+    read_timeout: float = 30.0,
+    max_connections: int = 16,
+):
+    """A boto3 S3 client with bounded retries and a connection pool the daemon's limiter matches."""
+    config = Config(
+        retries={"mode": "standard", "max_attempts": max_attempts},
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        max_pool_connections=max_connections,
+        # Path-style works with every S3 clone (moto, MinIO, Ceph) and with dotted bucket names.
+        s3={"addressing_style": "path"},
+        # Only checksum when the service requires it: third-party S3 servers (and older moto)
+        # reject or mishandle the newer default CRC trailers on PutObject.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    session = boto3.session.Session()
+    return session.client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
+
+
+class Store:
+    """Objects under ``bucket``/``prefix``, addressed by paths relative to the mount root.
+
+    A path is ``""`` for the root or ``"a/b.md"`` (no leading or trailing slash).
+    """
+
+    def __init__(self, client, bucket: str, prefix: str = "") -> None:
+        self.client = client
+        self.bucket = bucket
+        self.prefix = prefix
+
+    def key(self, path: str) -> str:
+        return self.prefix + path
+
+    def dir_key(self, path: str) -> str:
+        return self.prefix + path + "/" if path else self.prefix
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def check_access(self) -> None:
+        """One LIST that proves the bucket exists and the credentials may list the prefix."""
+        try:
+            self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+        except Exception as exc:
+            raise translate(exc, "LIST", f"s3://{self.bucket}/{self.prefix}") from exc
+
+    def head(self, path: str) -> ObjectInfo | None:
+        key = self.key(path)
+        try:
+            resp = self.client.head_object(Bucket=self.bucket, Key=key)
+        except Exception as exc:
+            err = translate(exc, "HEAD", key)
+            if err.errno == errno.ENOENT:
+                return None
+            raise err from exc
+        return _info_from_head(resp)
+
+    def get(self, path: str, if_none_match: str | None = None) -> tuple[bytes, ObjectInfo]:
+        """The object's bytes and attributes; NotModified if ``if_none_match`` is still current."""
+        key = self.key(path)
+        kwargs = {"IfNoneMatch": if_none_match} if if_none_match else {}
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=key, **kwargs)
+            data = resp["Body"].read()
+        except botocore.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("304", "NotModified"):
+                raise NotModified() from exc
+            raise translate(exc, "GET", key) from exc
+        except Exception as exc:
+            raise translate(exc, "GET", key) from exc
+        return data, _info_from_head(resp)
+
+    def list_dir(self, path: str) -> Listing:
+        """All children of a directory, from delimited LIST pages (1,000 keys per request)."""
+        prefix = self.dir_key(path)
+        listing = Listing()
+        try:
+            paginator = self.client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
+                for cp in page.get("CommonPrefixes", ()):
+                    name = cp["Prefix"][len(prefix):-1]
+                    if _valid_name(name):
+                        listing.dirs.add(name)
+                for obj in page.get("Contents", ()):
+                    name = obj["Key"][len(prefix):]
+                    if name == "":
+                        listing.has_marker = True
+                        continue
+                    if not _valid_name(name) or name.endswith("_$folder$"):
+                        continue
+                    listing.files[name] = ObjectInfo(
+                        size=int(obj["Size"]),
+                        etag=obj["ETag"],
+                        mtime=obj["LastModified"].timestamp(),
+                    )
+        except Exception as exc:
+            raise translate(exc, "LIST", prefix) from exc
+        # A name that is both a file and a directory prefix shows as the directory; the file
+        # object stays in S3 untouched (documented in SEMANTICS.md).
+        for name in listing.dirs & listing.files.keys():
+            log.warning("%s%s is both an object and a key prefix; showing the directory",
+                        prefix, name)
+            del listing.files[name]
+        return listing
+
+    def walk_keys(self, path: str) -> Iterator[tuple[str, ObjectInfo]]:
+        """Every object under directory ``path`` (its marker too), as (relative key, info)."""
+        prefix = self.dir_key(path)
+        try:
+            paginator = self.client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                for obj in page.get("Contents", ()):
+                    yield obj["Key"][len(prefix):], ObjectInfo(
+                        size=int(obj["Size"]), etag=obj["ETag"],
+                        mtime=obj["LastModified"].timestamp())
+        except Exception as exc:
+            raise translate(exc, "LIST", prefix) from exc
+
+    def dir_is_empty(self, path: str) -> bool:
+        """True when nothing but the directory's own marker lives under it (one small LIST)."""
+        prefix = self.dir_key(path)
+        try:
+            resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, MaxKeys=2)
+        except Exception as exc:
+            raise translate(exc, "LIST", prefix) from exc
+        return all(obj["Key"] == prefix for obj in resp.get("Contents", ()))
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def put(
+        self,
+        path: str,
+        data: bytes,
+        metadata: dict[str, str],
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        content_type: str = "application/octet-stream",
+        directory: bool = False,
+    ) -> ObjectInfo:
+        """Write a whole object, conditionally. ESTALE when the condition does not hold.
+
+        ``if_match`` makes the write succeed only over exactly the version we read (S3 answers
+        412, or 404 if the object was deleted meanwhile: both are a lost race). ``if_none_match``
+        makes it succeed only if no object exists yet.
+        """
+        key = self.dir_key(path) if directory else self.key(path)
+        kwargs: dict = {}
+        if if_match:
+            kwargs["IfMatch"] = if_match
+        elif if_none_match:
+            kwargs["IfNoneMatch"] = "*"
+        try:
+            resp = self.client.put_object(
+                Bucket=self.bucket, Key=key, Body=data, Metadata=metadata,
+                ContentType=content_type, **kwargs)
+        except Exception as exc:
+            err = translate(exc, "PUT", key)
+            if if_match and err.errno == errno.ENOENT:
+                raise StoreError(errno.ESTALE, f"PUT {key}: deleted by another writer",
+                                 err.code) from exc
+            raise err from exc
+        return ObjectInfo(size=len(data), etag=resp["ETag"], mtime=float(metadata.get(
+            "mtime", time.time())), mode=_parse_int(metadata.get("mode")),
+            uid=_parse_int(metadata.get("uid")), gid=_parse_int(metadata.get("gid")))
+
+    def copy(
+        self,
+        src: str,
+        dst: str,
+        *,
+        metadata: dict[str, str] | None = None,
+        src_etag: str | None = None,
+        directory: bool = False,
+    ) -> str:
+        """Server-side copy (no bytes through us); returns the new ETag.
+
+        ``metadata`` replaces the user metadata (chmod/chown/utimens in place); None keeps it.
+        ``src_etag`` makes the copy fail unless the source is still that version.
+        """
+        src_key = self.dir_key(src) if directory else self.key(src)
+        dst_key = self.dir_key(dst) if directory else self.key(dst)
+        kwargs: dict = {}
+        if metadata is not None:
+            kwargs["Metadata"] = metadata
+            kwargs["MetadataDirective"] = "REPLACE"
+        if src_etag:
+            kwargs["CopySourceIfMatch"] = src_etag
+        try:
+            resp = self.client.copy_object(
+                Bucket=self.bucket, Key=dst_key,
+                CopySource={"Bucket": self.bucket, "Key": src_key}, **kwargs)
+        except Exception as exc:
+            raise translate(exc, "COPY", f"{src_key} -> {dst_key}") from exc
+        return resp["CopyObjectResult"]["ETag"]
+
+    def delete(self, path: str, *, directory: bool = False) -> None:
+        key = self.dir_key(path) if directory else self.key(path)
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        except Exception as exc:
+            raise translate(exc, "DELETE", key) from exc
+
+    def delete_keys(self, keys: list[str]) -> None:
+        """Delete many relative keys, 1,000 per request (DeleteObjects)."""
+        for start in range(0, len(keys), 1000):
+            batch = [{"Key": self.prefix + k} for k in keys[start:start + 1000]]
+            try:
+                resp = self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
+            except Exception as exc:
+                raise translate(exc, "DELETE", f"{len(batch)} keys") from exc
+            if resp.get("Errors"):
+                first = resp["Errors"][0]
+                raise StoreError(errno.EIO, f"DELETE {first.get('Key')}: {first.get('Code')} "
+                                 f"{first.get('Message')}", str(first.get("Code")))
+
+
+def _valid_name(name: str) -> bool:
+    """Keys that cannot be shown as a directory entry ('a//b', '.', '..', '') are skipped."""
+    return bool(name) and "/" not in name and name not in (".", "..") and "\0" not in name
+
+
+def is_symlink_mode(mode: int | None) -> bool:
+    return mode is not None and stat.S_ISLNK(mode)
