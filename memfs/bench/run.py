@@ -60,7 +60,7 @@ class Bench:
 
     def _skip(self, kind: str) -> str | None:
         if kind == "memfs" and self.memfs_problem:
-            return f"not run: {self.memfs_problem}"
+            return "not run: memfs mount unavailable (see top)"
         return None
 
     def _emit(self, tables: list[report.Table]) -> None:
@@ -99,17 +99,18 @@ class Bench:
     def _meter(self, r: w.LegResult) -> w.Meter:
         return w.Meter(self.proxy, r)
 
-    def _measure(self, r: w.LegResult, body: Callable[[], None], kind: str) -> None:
+    def _measure(self, r: w.LegResult, body: Callable[[], None], kind: str,
+                 writes: bool = True) -> None:
         """Reset counts, run ``body`` (which appends measured commands to ``r``), wait for
-        write-behind uploads, then take the counts."""
-        settle_quiet = RCLONE_QUIET_S if kind == "rclone" else 0.0
-        if settle_quiet:
-            w.settle(self.proxy, 1.0, max_s=20)  # mount-time chatter ends before we count
+        write-behind uploads if it wrote, then take the counts."""
+        behind = kind == "rclone"
+        if behind:
+            w.settle(self.proxy, 0.5, max_s=20)  # mount-time chatter ends before we count
         self.proxy.reset_counts()
         body()
-        if settle_quiet:
-            r.drain_s = w.settle(self.proxy, settle_quiet)
-            r.note = "uploads after close"
+        if behind and writes:
+            r.drain_s = w.settle(self.proxy, RCLONE_QUIET_S)
+            r.note = f"uploads after close ({r.drain_s:.1f} s)"
         r.counts = self.proxy.counts()
 
     def shell(self, rtt: float) -> None:
@@ -135,7 +136,8 @@ class Bench:
                 with targets.mounted(kind, bucket, self.proxy.url, self.workdir) as mnt:
                     for r in steps:
                         self._measure(r, lambda r=r, m=mnt: self._meter(r).run(
-                            r.step, w.shell_step(r.step, src, m)), kind)
+                            r.step, w.shell_step(r.step, src, m)), kind,
+                            writes=r.step in ("cp -r", "rm -r"))
             except Exception as e:
                 for r in steps:
                     if not r.commands:
@@ -164,7 +166,7 @@ class Bench:
                     else:  # a fresh mount per step: both steps start cold
                         with targets.mounted(kind, bucket, self.proxy.url, self.workdir) as mnt:
                             self._measure(r, lambda r=r, m=mnt: self._meter(r).run(
-                                r.step, w.scale_step(r.step, m)), kind)
+                                r.step, w.scale_step(r.step, m)), kind, writes=False)
                 except Exception as e:
                     r.status = f"failed: {type(e).__name__}: {e}"[:200]
         self.results += rows
@@ -205,19 +207,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="memfs vs the direct-boto3 floor, s3fs-fuse, rclone and local disk, "
                     "on one moto server behind a counting, delaying proxy (loopback only).")
     ap.add_argument("--quick", action="store_true",
-                    help="small sizes (session 10 files, shell 100, scale 1,000): < 2 min")
+                    help="small sizes (session 6 files, shell 50, scale 500): < 2 min")
     ap.add_argument("--rtt-ms", default="0,10", help="modelled round trips, comma-separated")
-    ap.add_argument("--files", type=int, help="session files (default 20; quick 10)")
-    ap.add_argument("--shell-files", type=int, help="shell files (default 1000; quick 100)")
-    ap.add_argument("--scale-files", type=int, help="scale files (default 10000; quick 1000)")
+    ap.add_argument("--files", type=int, help="session files (default 20; quick 6)")
+    ap.add_argument("--shell-files", type=int, help="shell files (default 1000; quick 50)")
+    ap.add_argument("--scale-files", type=int, help="scale files (default 10000; quick 500)")
     ap.add_argument("--workloads", default="session,shell,scale")
     ap.add_argument("--legs", default="",
                     help="comma-separated subset: floor,memfs,s3fs,rclone,local (default all)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "results")
     a = ap.parse_args(argv)
-    a.files = a.files or (10 if a.quick else 20)
-    a.shell_files = a.shell_files or (100 if a.quick else 1000)
-    a.scale_files = a.scale_files or (1000 if a.quick else 10000)
+    a.files = a.files or (6 if a.quick else 20)
+    a.shell_files = a.shell_files or (50 if a.quick else 1000)
+    a.scale_files = a.scale_files or (500 if a.quick else 10000)
     a.rtts = [float(x) for x in a.rtt_ms.split(",") if x.strip()]
     a.workload_set = {x.strip() for x in a.workloads.split(",")}
     return a
