@@ -1,0 +1,211 @@
+"""Install the ``memfs@.service`` systemd template and an instance's env file.
+
+``memfs install-unit --instance NAME --bucket B --mountpoint M`` (also ``python -m memfs.install``)
+copies ``systemd/memfs@.service`` to ``/etc/systemd/system/`` with ``ExecStart`` rewritten to the
+memfs executable that runs the installer (normally the project's virtualenv, so the unit never
+depends on what ``$PATH`` holds at boot), writes ``/etc/memfs/NAME.env`` from
+``systemd/memfs.env.example`` with the given values filled in (mode 0600: it may hold
+credentials), and runs ``systemctl daemon-reload`` when systemd is running. An existing env file
+is kept unless ``--force``: it is the operator's configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+UNIT_NAME = "memfs@.service"
+ENV_EXAMPLE = "memfs.env.example"
+# The path the template ships with; replaced by the real executable on install.
+TEMPLATE_BINARY = "/usr/local/bin/memfs"
+DEFAULT_UNIT_DIR = Path("/etc/systemd/system")
+DEFAULT_ENV_DIR = Path("/etc/memfs")
+INSTANCE_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
+class InstallError(Exception):
+    """The install cannot be done; ``str()`` is the one line for the user."""
+
+
+def systemd_dir() -> Path:
+    """The repository's ``systemd/`` folder (source checkouts and editable installs)."""
+    here = Path(__file__).resolve().parent.parent / "systemd"
+    if not (here / UNIT_NAME).is_file():
+        raise InstallError(f"cannot find {UNIT_NAME} next to the memfs package (looked in {here}); "
+                           "install memfs from a source checkout")
+    return here
+
+
+def default_exec() -> list[str]:
+    """The command that runs memfs from the interpreter running this code."""
+    script = Path(sys.executable).parent / "memfs"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script.absolute())]
+    return [str(Path(sys.executable).absolute()), "-m", "memfs"]
+
+
+def render_unit(exec_cmd: Sequence[str], template: str | None = None) -> str:
+    """The unit text with ``ExecStart`` running ``exec_cmd``."""
+    text = template if template is not None else (systemd_dir() / UNIT_NAME).read_text()
+    if not Path(exec_cmd[0]).is_absolute():
+        raise InstallError(f"the memfs executable must be an absolute path, got {exec_cmd[0]!r}")
+    # systemd's ExecStart quoting is close enough to the shell's for paths: double quotes.
+    if re.search(r'["\\$%;]', " ".join(exec_cmd)):
+        raise InstallError(f"unsupported character in the memfs path {' '.join(exec_cmd)!r}")
+    quoted = " ".join(f'"{a}"' if re.search(r"\s", a) else a for a in exec_cmd)
+    line = f"ExecStart={TEMPLATE_BINARY} "
+    if line not in text:
+        raise InstallError(f"{UNIT_NAME} has no 'ExecStart={TEMPLATE_BINARY} ...' line to rewrite")
+    return text.replace(line, f"ExecStart={quoted} ", 1)
+
+
+def _env_value(value: str) -> str:
+    if value == "" or re.search(r"[\s\"'\\$#]", value):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return value
+
+
+def render_env(values: Mapping[str, str], template: str | None = None) -> str:
+    """The example env file with ``values`` set: documented keys are uncommented in place, others
+    are appended at the end."""
+    text = template if template is not None else (systemd_dir() / ENV_EXAMPLE).read_text()
+    for key in values:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise InstallError(f"{key!r} is not a valid environment variable name")
+    done: set[str] = set()
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"^#?([A-Z][A-Z0-9_]*)=", line)
+        if m and m.group(1) in values:
+            key = m.group(1)
+            if key in done:
+                continue
+            line = f"{key}={_env_value(values[key])}"
+            done.add(key)
+        out.append(line)
+    extra = [k for k in values if k not in done]
+    if extra:
+        out += ["", "# --- set at install time ---"]
+        out += [f"{k}={_env_value(values[k])}" for k in extra]
+    return "\n".join(out) + "\n"
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def systemd_running() -> bool:
+    return Path("/run/systemd/system").is_dir()
+
+
+def install_unit(
+    instance: str | None = None,
+    settings: Mapping[str, str] | None = None,
+    *,
+    unit_dir: Path = DEFAULT_UNIT_DIR,
+    env_dir: Path = DEFAULT_ENV_DIR,
+    exec_cmd: Sequence[str] | None = None,
+    force: bool = False,
+    reload: bool = True,
+) -> list[Path]:
+    """Install the template (and ``env_dir/INSTANCE.env`` if ``instance``); return paths written.
+
+    ``settings`` maps variable names (``MEMFS_BUCKET``, ``AWS_PROFILE``, ...) to values for the
+    env file. Raises :class:`InstallError` with a one-line reason.
+    """
+    settings = dict(settings or {})
+    if settings and not instance:
+        raise InstallError("settings need an instance name (--instance NAME)")
+    written = []
+    unit_path = Path(unit_dir) / UNIT_NAME
+    _write(unit_path, render_unit(exec_cmd or default_exec()), 0o644)
+    written.append(unit_path)
+    if instance:
+        if not INSTANCE_RE.match(instance):
+            raise InstallError(f"instance name {instance!r}: use letters, digits, '_', '.', '-'")
+        env_path = Path(env_dir) / f"{instance}.env"
+        if env_path.exists() and not force:
+            if settings:
+                raise InstallError(f"{env_path} exists; edit it, or pass --force to replace it")
+        else:
+            missing = [k for k in ("MEMFS_BUCKET", "MEMFS_MOUNTPOINT") if not settings.get(k)]
+            if missing:
+                raise InstallError(f"{env_path} needs {' and '.join(missing)} "
+                                   "(--bucket, --mountpoint)")
+            _write(env_path, render_env(settings), 0o600)
+            written.append(env_path)
+    if reload and systemd_running():
+        subprocess.run(["systemctl", "daemon-reload"], check=False)
+    return written
+
+
+def build_parser(prog: str = "memfs install-unit") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog, description="Install the memfs@.service systemd template and, with --instance, "
+        "/etc/memfs/INSTANCE.env; then `systemctl enable --now memfs@INSTANCE`.")
+    p.add_argument("--instance", help="instance name: memfs@NAME reads /etc/memfs/NAME.env")
+    p.add_argument("--bucket", help="MEMFS_BUCKET for the env file")
+    p.add_argument("--mountpoint", help="MEMFS_MOUNTPOINT for the env file, e.g. /memories")
+    p.add_argument("--prefix", help="MEMFS_PREFIX for the env file")
+    p.add_argument("--endpoint-url", help="MEMFS_ENDPOINT_URL for the env file")
+    p.add_argument("--region", help="MEMFS_REGION for the env file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other variable for the env file (repeatable), "
+                   "e.g. --set AWS_PROFILE=memfs")
+    p.add_argument("--unit-dir", type=Path, default=DEFAULT_UNIT_DIR,
+                   help=f"where the unit goes (default {DEFAULT_UNIT_DIR})")
+    p.add_argument("--env-dir", type=Path, default=DEFAULT_ENV_DIR,
+                   help=f"where env files go (default {DEFAULT_ENV_DIR})")
+    p.add_argument("--memfs-bin", help="memfs executable for ExecStart "
+                   "(default: the one next to this Python)")
+    p.add_argument("--force", action="store_true", help="replace an existing env file")
+    p.add_argument("--no-reload", action="store_true", help="skip `systemctl daemon-reload`")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "memfs install-unit") -> int:
+    args = build_parser(prog).parse_args(argv)
+    settings: dict[str, str] = {}
+    for flag in ("bucket", "mountpoint", "prefix", "endpoint_url", "region"):
+        value = getattr(args, flag)
+        if value is not None:
+            settings["MEMFS_" + flag.upper()] = value
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"{prog}: --set {item!r}: expected KEY=VALUE", file=sys.stderr)
+            return 2
+        settings[key] = value
+    if settings.get("MEMFS_MOUNTPOINT"):
+        settings["MEMFS_MOUNTPOINT"] = str(Path(settings["MEMFS_MOUNTPOINT"]).absolute())
+    exec_cmd = shlex.split(args.memfs_bin) if args.memfs_bin else None
+    try:
+        written = install_unit(args.instance, settings, unit_dir=args.unit_dir,
+                               env_dir=args.env_dir, exec_cmd=exec_cmd, force=args.force,
+                               reload=not args.no_reload)
+    except (InstallError, OSError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"wrote {path}")
+    name = args.instance or "NAME"
+    if not args.instance:
+        print(f"next: create {args.env_dir}/NAME.env (see systemd/{ENV_EXAMPLE})")
+    print(f"next: systemctl enable --now memfs@{name}   # logs: journalctl -u memfs@{name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m memfs.install"))
