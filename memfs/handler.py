@@ -317,7 +317,7 @@ class MemoryHandler:
         mp = parse(f["path"])
         with self.root.walk(mp) as parent:
             if mp.is_root:
-                return self._list_dir(mp, parent, os.fstat(parent).st_size)
+                return self._list_dir(mp, parent)
             st = self._lstat(parent, mp.name)
             if st is None:
                 raise self._missing(mp.display, "view")
@@ -325,7 +325,7 @@ class MemoryHandler:
                 raise symlink_refused(mp.display, mp.display)
             if stat.S_ISDIR(st.st_mode):
                 with self.root.open_dir(mp) as fd:
-                    return self._list_dir(mp, fd, st.st_size)
+                    return self._list_dir(mp, fd)
             if not stat.S_ISREG(st.st_mode):
                 raise CommandError(f"Unsupported file type for {mp.display}")
             media_type = memory_view.image_type(mp.name)
@@ -338,7 +338,7 @@ class MemoryHandler:
                 return memory_view.image_view(mp.display, media_type, self._read_bytes(parent, mp))
             return memory_view.file_view(mp.display, self._read_text(parent, mp), f["view_range"])
 
-    def _list_dir(self, mp: MemoryPath, dir_fd: int, own_size: int) -> str:
+    def _list_dir(self, mp: MemoryPath, dir_fd: int) -> str:
         entries: list[tuple[int, str]] = []
 
         def collect(fd: int, rel: str, depth: int) -> None:
@@ -356,7 +356,7 @@ class MemoryHandler:
                 except OSError:
                     continue  # vanished while listing
                 if stat.S_ISDIR(st.st_mode):
-                    entries.append((st.st_size, item_rel + "/"))
+                    entries.append((memory_view.DIRECTORY_SIZE, item_rel + "/"))
                     if depth < 2:
                         try:
                             sub = os.open(item.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
@@ -372,7 +372,7 @@ class MemoryHandler:
                 # symlinks, sockets, fifos: not memory files, not listed
 
         collect(dir_fd, "", 1)
-        return memory_view.directory_listing(mp.display, own_size, entries)
+        return memory_view.directory_listing(mp.display, entries)
 
     def _create(self, f: dict[str, Any]) -> Content:
         mp = parse(f["path"])

@@ -22,6 +22,10 @@ VIEW_CHAR_LIMIT = 16_000
 IMAGE_MAX_BYTES = 5 * 1024 * 1024 * 3 // 4
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
 _SIGNATURES = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}
+#: The size a listing shows for every directory. A directory's st_size is filesystem trivia
+#: (4096 on ext4, 0 on memfs, 40+ on tmpfs); printing one constant keeps a listing identical on
+#: every filesystem, and equal to the SDK's on ext4, where nearly every directory is 4096.
+DIRECTORY_SIZE = 4096
 #: Never listed by a directory view (besides names starting with ".").
 EXCLUDED_NAMES = frozenset({"node_modules"})
 
@@ -36,14 +40,14 @@ def format_size(n: int) -> str:
     return f"{int(size)}{units[i]}" if size == int(size) else f"{size:.1f}{units[i]}"
 
 
-def directory_listing(display: str, own_size: int, entries: Sequence[tuple[int, str]]) -> str:
+def directory_listing(display: str, entries: Sequence[tuple[int, str]]) -> str:
     """`entries` are (size, relative path, with a trailing `/` for directories), in order."""
     header = (
         f"Here're the files and directories up to 2 levels deep in {display}, "
         "excluding hidden items and node_modules:"
     )
     base = display.rstrip("/") or display
-    lines = [f"{format_size(own_size)}\t{display}"]
+    lines = [f"{format_size(DIRECTORY_SIZE)}\t{display}"]
     lines += [f"{format_size(size)}\t{base}/{rel}" for size, rel in entries]
     return header + "\n" + "\n".join(lines)
 

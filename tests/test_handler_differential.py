@@ -10,9 +10,9 @@ from typing import Any
 
 from anthropic.lib.tools._beta_builtin_memory_tool import BetaLocalFilesystemMemoryTool
 from hypothesis import HealthCheck, given, settings
-from test_handler_support import compare_with_sdk, run_ours, run_sdk, sequences, tree
 
 from memfs.handler import MemoryHandler
+from tests.test_handler_support import compare_with_sdk, run_ours, run_sdk, sequences, tree
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

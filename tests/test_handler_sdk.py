@@ -7,6 +7,7 @@ recalls them; the stub records what the SDK sent back, so the exact `tool_result
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -111,14 +112,14 @@ def session_two_results(user_dir_size: str, root_size: str) -> list[dict[str, An
     ]
 
 
-def check_two_sessions(root_one: Path, root_two: Path, sizes: Any, *, stream: bool = False) -> None:
-    """Session one on `root_one`, session two on `root_two` (the same memories, maybe remounted).
-
-    `sizes(root, rel)` gives the directory size string the listing shows for `rel` under `root`.
+def check_two_sessions(root_one: Path, session_two_root: Callable[[], Path], *,
+                       stream: bool = False) -> None:
+    """Session one on `root_one`; then `session_two_root()` (e.g. unmount and mount afresh) gives
+    the directory session two runs on.
     """
     stub, text = run_session(root_one, SESSION_ONE, stream=stream)
     expected = session_one_results()
-    expected[0]["content"] = expected[0]["content"].format(root_size=sizes(root_one, ""))
+    expected[0]["content"] = expected[0]["content"].format(root_size="4K")
     assert stub.tool_results() == expected
     assert text == "Noted: black coffee, helix."
     # What the SDK declared and sent: the memory tool, and the user's prompt first.
@@ -127,21 +128,15 @@ def check_two_sessions(root_one: Path, root_two: Path, sizes: Any, *, stream: bo
     key = stub.headers[0].get("x-api-key") or stub.headers[0].get("authorization", "")
     assert key.endswith("stub") and "anthropic-version" in stub.headers[0]
 
+    root_two = session_two_root()
     stub, text = run_session(root_two, SESSION_TWO, stream=stream)
-    assert stub.tool_results() == session_two_results(
-        user_dir_size=sizes(root_two, "user"), root_size=sizes(root_two, ""))
+    assert stub.tool_results() == session_two_results(user_dir_size="4K", root_size="4K")
     assert text == "You are Ada; you like black coffee and helix."
-
-
-def _local_size(root: Path, rel: str) -> str:
-    from memfs.memory_view import format_size
-
-    return format_size((root / rel).stat().st_size)
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_two_sessions_remember(tmp_path: Path, stream: bool) -> None:
-    check_two_sessions(tmp_path, tmp_path, _local_size, stream=stream)
+    check_two_sessions(tmp_path, lambda: tmp_path, stream=stream)
     assert (tmp_path / "people" / "ada.md").read_text() == PREFS
     assert sorted(p.name for p in tmp_path.iterdir()) == ["people", "user"]
 

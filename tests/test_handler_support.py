@@ -94,6 +94,18 @@ SDK_LISTING = "excluding hidden items:\n"
 OUR_LISTING = "excluding hidden items and node_modules:\n"
 
 
+def mask_dir_sizes(listing: str) -> str:
+    """A directory listing with the size column of directory lines replaced by `4K`."""
+    if "up to 2 levels deep in " not in listing:
+        return listing
+    header, *lines = listing.split("\n")
+    out = [header]
+    for i, line in enumerate(lines):
+        _size, _, path = line.partition("\t")
+        out.append(f"4K\t{path}" if i == 0 or path.endswith("/") else line)
+    return "\n".join(out)
+
+
 def _overlapping_only(content: str, needle: str) -> bool:
     """True when `needle` occurs once without overlaps (str.count) but more than once with."""
     hits, pos = 0, content.find(needle)
@@ -111,6 +123,7 @@ def compare_with_sdk(command: dict[str, Any], ours: str, sdk: str, our_root: Pat
     SDK side is brought back in line so the rest of the sequence stays comparable.
     """
     sdk = sdk.replace(SDK_LISTING, OUR_LISTING)  # D1: we also say node_modules is excluded
+    sdk = mask_dir_sizes(sdk)  # D7: we list every directory as 4K; the SDK prints st_size
     name = command["command"]
     if ours == sdk:
         pass
