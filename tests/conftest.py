@@ -11,6 +11,7 @@ not exit cleanly. A mount that cannot be made fails the test: nothing here skips
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -39,6 +40,8 @@ def s3_endpoint() -> Iterator[str]:
     """URL of a moto S3 server on loopback, shared by the session."""
     from moto.server import ThreadedMotoServer
 
+    # One access-log line per request drowns every failure report.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
