@@ -603,10 +603,10 @@ class MemFS(pyfuse3.Operations):
                 raise
             of.is_new = False
             await self._save_conflict(path, snapshot, metadata)
-            node.validated_at = 0.0  # make the next lookup/open see the winner
             self.content.discard(path)
             of.data = None
             of.base_etag = None
+            await self._learn_winner(node)
             raise
         of.is_new = False
         of.base_etag = info.etag
@@ -616,6 +616,20 @@ class MemFS(pyfuse3.Operations):
         self.content.put(path, info.etag, snapshot)
         if not node.detached and node.path == path:
             self._listing_add(node.parent_path(), node.name(), node)
+
+    async def _learn_winner(self, node: Node) -> None:
+        """After a lost race, learn the version that won, so the next open starts from it."""
+        try:
+            info = await self._s3(self.store.head, node.path)
+        except StoreError:
+            node.validated_at = 0.0
+            return
+        if info is None:  # the winner deleted it
+            self.inodes.detach(node.path)
+            self._listing_remove(node.parent_path(), node.name())
+            return
+        node.apply_info(info, time.time())
+        self._listing_add(node.parent_path(), node.name(), node)
 
     async def _save_conflict(self, path: str, data: bytes, metadata: dict[str, str]) -> None:
         """Keep a lost race's bytes where a person (or agent) can find them."""
