@@ -1,0 +1,240 @@
+"""``MemFS`` operations called directly (no kernel), with every S3 request counted.
+
+These pin down the request costs docs/SEMANTICS.md promises: a lookup in a listed directory is
+free, a listing is one LIST per 1,000 entries, a rewrite is one conditional PUT, and so on. The
+store talks HTTP to moto's server like the daemon does; a botocore hook counts each API call.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import os
+import stat
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyfuse3
+import pytest
+import trio
+
+from memfs.config import MountConfig
+from memfs.fs import MemFS
+from memfs.store import Store, make_client
+from tests.conftest import BUCKET
+
+ROOT = pyfuse3.ROOT_INODE
+CTX = SimpleNamespace(uid=os.getuid(), gid=os.getgid(), pid=os.getpid(), umask=0o022)
+
+
+class Counted:
+    def __init__(self, endpoint: str, prefix: str = "", ttl: float = 60.0) -> None:
+        client = make_client(endpoint, "us-east-1")
+        self.calls: collections.Counter[str] = collections.Counter()
+        client.meta.events.register("before-call.s3", self._count)
+        self.store = Store(client, BUCKET, prefix)
+        self.fs = MemFS(self.store, MountConfig(Path("/unused"), BUCKET, prefix=prefix,
+                                                metadata_ttl=ttl))
+
+    def _count(self, event_name: str, **kwargs) -> None:
+        self.calls[event_name.rsplit(".", 1)[-1]] += 1
+
+    def take(self) -> dict[str, int]:
+        calls = dict(self.calls)
+        self.calls.clear()
+        return calls
+
+
+@pytest.fixture
+def counted(s3, s3_reset) -> Counted:
+    return Counted(s3_reset)
+
+
+def run(fn):
+    return trio.run(fn)
+
+
+async def write_file(fs: MemFS, parent: int, name: bytes, data: bytes) -> int:
+    fi, attrs = await fs.create(parent, name, 0o644, os.O_WRONLY, CTX)
+    await fs.write(fi.fh, 0, data)
+    await fs.flush(fi.fh)
+    await fs.release(fi.fh)
+    return attrs.st_ino
+
+
+async def read_file(fs: MemFS, inode: int) -> bytes:
+    fi = await fs.open(inode, os.O_RDONLY, CTX)
+    data = await fs.read(fi.fh, 0, 1 << 20)
+    await fs.release(fi.fh)
+    return data
+
+
+def test_create_costs_one_list_and_one_put(counted: Counted, s3) -> None:
+    async def main():
+        await write_file(counted.fs, ROOT, b"a.md", b"hello")
+    run(main)
+    # The LIST answers the create's existence check (and every later lookup in the directory).
+    assert counted.take() == {"ListObjectsV2": 1, "PutObject": 1}
+    assert s3.get_object(Bucket=BUCKET, Key="a.md")["Body"].read() == b"hello"
+
+
+def test_lookups_in_a_listed_directory_are_free(counted: Counted, s3) -> None:
+    for i in range(5):
+        s3.put_object(Bucket=BUCKET, Key=f"f{i}.md", Body=b"x")
+
+    async def main():
+        fs = counted.fs
+        for i in range(5):
+            await fs.lookup(ROOT, f"f{i}.md".encode(), CTX)
+        missing = await fs.lookup(ROOT, b"absent.md", CTX)
+        assert missing.st_ino == 0  # a cacheable negative entry, not an error
+        fh = await fs.opendir(ROOT, CTX)
+        assert [n for n, _ in fs.dir_handles[fh]][2:] == [f"f{i}.md" for i in range(5)]
+        await fs.releasedir(fh)
+    run(main)
+    assert counted.take() == {"ListObjectsV2": 1}
+
+
+def test_rewrite_with_o_trunc_is_one_conditional_put(counted: Counted, s3) -> None:
+    async def main():
+        fs = counted.fs
+        ino = await write_file(fs, ROOT, b"m.md", b"v1")
+        counted.take()
+        fi = await fs.open(ino, os.O_WRONLY | os.O_TRUNC, CTX)
+        await fs.write(fi.fh, 0, b"v2")
+        await fs.flush(fi.fh)
+        await fs.release(fi.fh)
+    run(main)
+    assert counted.take() == {"PutObject": 1}
+    assert s3.get_object(Bucket=BUCKET, Key="m.md")["Body"].read() == b"v2"
+
+
+def test_reopen_within_ttl_serves_cached_bytes(counted: Counted) -> None:
+    async def main():
+        fs = counted.fs
+        ino = await write_file(fs, ROOT, b"r.md", b"cached")
+        counted.take()
+        assert await read_file(fs, ino) == b"cached"
+        assert await read_file(fs, ino) == b"cached"
+    run(main)
+    assert counted.take() == {}
+
+
+def test_reopen_after_ttl_revalidates_with_a_conditional_get(s3, s3_reset) -> None:
+    c = Counted(s3_reset, ttl=0)
+
+    async def main():
+        ino = await write_file(c.fs, ROOT, b"r.md", b"data")
+        c.take()
+        assert await read_file(c.fs, ino) == b"data"
+    run(main)
+    assert c.take() == {"GetObject": 1}  # answered 304 Not Modified: no body transferred
+
+
+def test_rename_file_is_copy_and_delete(counted: Counted, s3) -> None:
+    async def main():
+        fs = counted.fs
+        await write_file(fs, ROOT, b"tmp", b"payload")
+        await write_file(fs, ROOT, b"target", b"old")
+        counted.take()
+        await fs.rename(ROOT, b"tmp", ROOT, b"target", 0, CTX)
+    run(main)
+    assert counted.take() == {"CopyObject": 1, "DeleteObject": 1}
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]]
+    assert keys == ["target"]
+    assert s3.get_object(Bucket=BUCKET, Key="target")["Body"].read() == b"payload"
+
+
+def test_rename_directory_copies_each_object_and_batches_deletes(counted: Counted, s3) -> None:
+    for i in range(12):
+        s3.put_object(Bucket=BUCKET, Key=f"d/f{i}", Body=str(i).encode())
+
+    async def main():
+        fs = counted.fs
+        await fs.lookup(ROOT, b"d", CTX)
+        await fs.lookup(ROOT, b"e", CTX)
+        counted.take()
+        await fs.rename(ROOT, b"d", ROOT, b"e", 0, CTX)
+    run(main)
+    assert counted.take() == {"ListObjectsV2": 1, "CopyObject": 12, "DeleteObjects": 1}
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"])
+    assert keys == sorted(f"e/f{i}" for i in range(12))
+
+
+def test_chmod_of_a_closed_file_is_one_copy(counted: Counted, s3) -> None:
+    async def main():
+        fs = counted.fs
+        ino = await write_file(fs, ROOT, b"x", b"x")
+        counted.take()
+        attr = pyfuse3.EntryAttributes()
+        attr.st_mode = stat.S_IFREG | 0o600
+        # pyfuse3.SetattrFields is read-only from Python; the handler only reads these flags.
+        fields = SimpleNamespace(update_atime=False, update_mtime=False, update_ctime=False,
+                                 update_mode=True, update_uid=False, update_gid=False,
+                                 update_size=False)
+        await fs.setattr(ino, attr, fields, None, CTX)
+    run(main)
+    assert counted.take() == {"CopyObject": 1}
+    mode = int(s3.head_object(Bucket=BUCKET, Key="x")["Metadata"]["mode"])
+    assert mode == stat.S_IFREG | 0o600
+
+
+def test_unlink_and_rmdir_costs(counted: Counted, s3) -> None:
+    async def main():
+        fs = counted.fs
+        await write_file(fs, ROOT, b"f", b"1")
+        d = await fs.mkdir(ROOT, b"d", 0o755, CTX)
+        counted.take()
+        await fs.unlink(ROOT, b"f", CTX)
+        assert counted.take() == {"DeleteObject": 1}
+        await write_file(fs, d.st_ino, b"inner", b"2")
+        counted.take()
+        with pytest.raises(pyfuse3.FUSEError) as e:
+            await fs.rmdir(ROOT, b"d", CTX)
+        assert e.value.errno == errno.ENOTEMPTY
+        assert counted.take() == {}  # known non-empty from our own listing
+        await fs.unlink(d.st_ino, b"inner", CTX)
+        await fs.rmdir(ROOT, b"d", CTX)
+        assert counted.take() == {"DeleteObject": 2}
+    run(main)
+    assert s3.list_objects_v2(Bucket=BUCKET).get("KeyCount", 0) == 0
+
+
+def test_errors_become_errnos_and_never_escape(counted: Counted, s3) -> None:
+    async def main():
+        fs = counted.fs
+        with pytest.raises(pyfuse3.FUSEError) as e:
+            await fs.open(12345, os.O_RDONLY, CTX)
+        assert e.value.errno == errno.ENOENT
+        ino = await write_file(fs, ROOT, b"f", b"x")
+        s3.delete_bucket_policy(Bucket=BUCKET)  # harmless call; the bucket stays
+        for obj in s3.list_objects_v2(Bucket=BUCKET)["Contents"]:
+            s3.delete_object(Bucket=BUCKET, Key=obj["Key"])
+        s3.delete_bucket(Bucket=BUCKET)
+        fs.content.discard("f")
+        fs.inodes[ino].validated_at = 0
+        with pytest.raises(pyfuse3.FUSEError) as e:
+            await read_file(fs, ino)
+        assert e.value.errno == errno.ENOENT  # NoSuchBucket
+        with pytest.raises(pyfuse3.FUSEError) as e:
+            await write_file(fs, ROOT, b"g", b"y")
+        assert e.value.errno in (errno.ENOENT, errno.EIO)
+    run(main)
+
+
+def test_pending_file_survives_listing_refresh(s3, s3_reset) -> None:
+    c = Counted(s3_reset, ttl=0)
+
+    async def main():
+        fs = c.fs
+        fi, attrs = await fs.create(ROOT, b"pending", 0o644, os.O_WRONLY, CTX)
+        await fs.write(fi.fh, 0, b"not yet uploaded")
+        # Another lookup forces a fresh LIST, which cannot contain the pending file...
+        found = await fs.lookup(ROOT, b"pending", CTX)
+        assert found.st_ino == attrs.st_ino  # ...but the mount still shows it.
+        fh = await fs.opendir(ROOT, CTX)
+        assert "pending" in [n for n, _ in fs.dir_handles[fh]]
+        await fs.releasedir(fh)
+        await fs.release(fi.fh)
+    run(main)
+    assert s3.get_object(Bucket=BUCKET, Key="pending")["Body"].read() == b"not yet uploaded"
