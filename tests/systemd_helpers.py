@@ -329,11 +329,18 @@ class Container:
                         if Path(f"/proc/{child}/comm").read_text().strip() == "systemd":
                             self.leader = int(child)
             time.sleep(0.05)
-        state = self.run(["systemctl", "is-system-running", "--wait"], check=False,
-                         timeout=timeout).stdout.strip()
+        # Until PID 1 has its private bus socket up, systemctl cannot connect: retry that.
+        while True:
+            result = self.run(["systemctl", "is-system-running", "--wait"], check=False,
+                              timeout=timeout)
+            state = result.stdout.strip()
+            if state or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         if state not in ("running", "degraded"):
             failed = self.run(["systemctl", "--failed", "--no-legend"], check=False).stdout
-            raise SystemdTestError(f"the container's systemd is {state!r}; failed units:\n{failed}")
+            raise SystemdTestError(f"the container's systemd is {state!r} ({result.stderr.strip()})"
+                                   f"; failed units:\n{failed}")
         self.state = state
 
     def stop(self) -> list[str]:
@@ -403,7 +410,12 @@ import json, sys, boto3
 op, endpoint, bucket = sys.argv[1:4]
 c = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                  aws_access_key_id="testing", aws_secret_access_key="testing")
-if op == "create":
+if op == "reset":
+    import urllib.request
+    urllib.request.urlopen(urllib.request.Request(endpoint + "/moto-api/reset", method="POST"))
+    c.create_bucket(Bucket=bucket)
+    print("{}")
+elif op == "create":
     c.create_bucket(Bucket=bucket)
     print("{}")
 elif op == "put":
