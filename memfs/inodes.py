@@ -88,7 +88,9 @@ class Node:
         a.st_uid = self.uid
         a.st_gid = self.gid
         a.st_rdev = 0
-        a.st_size = self.size
+        # Directories report 4,096 bytes like ext4 and s3fs-fuse, so tools that print sizes
+        # (the memory tool's directory view among them) show the same on every filesystem.
+        a.st_size = 4096 if self.kind is Kind.DIR else self.size
         a.st_blksize = 4096
         a.st_blocks = (self.size + 511) // 512
         ns = int(self.mtime * 1e9)
