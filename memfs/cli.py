@@ -95,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--max-file-bytes", type=int, default=None,
                    help="largest file_text accepted by create")
 
+    # Listed for --help; main() hands its arguments to memfs.install's own parser.
+    sub.add_parser("install-unit",
+                   help="install the systemd unit memfs@.service and an instance env file")
+
     d = sub.add_parser("demo", help="show an agent remembering across two sessions through S3")
     d.add_argument("--keep", action="store_true", help="leave the demo mounted for exploring")
     return parser
@@ -235,6 +239,12 @@ COMMANDS = {"mount": cmd_mount, "umount": cmd_umount, "handle": cmd_handle, "dem
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["install-unit"]:
+        # Its own parser owns every flag (argparse.REMAINDER cannot pass a leading --flag on).
+        from memfs.install import main as install_main
+
+        return install_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
