@@ -203,6 +203,12 @@ class MemFS(pyfuse3.Operations):
         listing = await self._listing(parent)
         return self._sync_child(parent, name, listing)
 
+    async def _existing(self, parent: Node, name: str) -> Node:
+        node = await self._resolve(parent, name)
+        if node is None:
+            raise fail(errno.ENOENT)
+        return node
+
     def _listing_add(self, parent_path: str, name: str, node: Node) -> None:
         parent = self.inodes.at(parent_path)
         if parent is None or parent.listing is None:
@@ -395,9 +401,7 @@ class MemFS(pyfuse3.Operations):
         text = self._name(name)
         async with self.ns_lock:
             parent = self._dir(parent_inode)
-            node = await self._resolve(parent, text)
-            if node is None:
-                raise fail(errno.ENOENT)
+            node = await self._existing(parent, text)
             if node.kind is not Kind.DIR:
                 raise fail(errno.ENOTDIR)
             if not (await self._listing(node)).names() == []:
@@ -650,9 +654,7 @@ class MemFS(pyfuse3.Operations):
         text = self._name(name)
         async with self.ns_lock:
             parent = self._dir(parent_inode)
-            node = await self._resolve(parent, text)
-            if node is None:
-                raise fail(errno.ENOENT)
+            node = await self._existing(parent, text)
             if node.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
             of = self.open_files.get(node.inode)
@@ -706,9 +708,7 @@ class MemFS(pyfuse3.Operations):
         src_name, dst_name = self._name(old_name), self._name(new_name)
         async with self.ns_lock:
             src_parent, dst_parent = self._dir(old_parent), self._dir(new_parent)
-            src = await self._resolve(src_parent, src_name)
-            if src is None:
-                raise fail(errno.ENOENT)
+            src = await self._existing(src_parent, src_name)
             dst = await self._resolve(dst_parent, dst_name)
             if dst is src:
                 return
