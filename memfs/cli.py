@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--allow-other", action="store_true", default=None,
                    help="let other users enter the mount (needs user_allow_other in "
                    "/etc/fuse.conf for non-root) [MEMFS_ALLOW_OTHER]")
+    m.add_argument("--s3-attempts", metavar="N",
+                   help="attempts per S3 request, retries included (default 3) "
+                   "[MEMFS_S3_ATTEMPTS]")
+    m.add_argument("--s3-timeout", metavar="SECONDS",
+                   help="connect and read timeout per S3 attempt (default 5 to connect, 30 to "
+                   "read); with --s3-attempts it bounds how long an operation waits for a dead "
+                   "endpoint before EIO [MEMFS_S3_TIMEOUT]")
     m.add_argument("--log-level", help="debug, info, warning or error (default info) "
                    "[MEMFS_LOG_LEVEL]")
 
@@ -116,7 +123,13 @@ def mount_config(args: argparse.Namespace) -> MountConfig:
     uid = _number(int, "--uid", pick("uid"))
     gid = _number(int, "--gid", pick("gid"))
     cache_dir = pick("cache-dir")
+    attempts = _number(int, "--s3-attempts", pick("s3-attempts"))
+    timeout = _number(float, "--s3-timeout", pick("s3-timeout"))
     kwargs: dict = {}
+    if attempts is not None:
+        kwargs["max_attempts"] = attempts
+    if timeout is not None:
+        kwargs["connect_timeout"] = kwargs["read_timeout"] = timeout
     if ttl is not None:
         kwargs["metadata_ttl"] = ttl
     if uid is not None:

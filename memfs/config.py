@@ -57,6 +57,10 @@ class MountConfig:
             raise ConfigError("no bucket: pass --bucket or set MEMFS_BUCKET")
         if self.metadata_ttl < 0:
             raise ConfigError(f"--metadata-ttl must be >= 0 seconds, got {self.metadata_ttl}")
+        if self.max_attempts < 1:
+            raise ConfigError(f"--s3-attempts must be at least 1, got {self.max_attempts}")
+        if self.connect_timeout <= 0 or self.read_timeout <= 0:
+            raise ConfigError("--s3-timeout must be a positive number of seconds")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise ConfigError(
                 f"--log-level must be one of debug, info, warning, error; got {self.log_level!r}"
