@@ -45,6 +45,8 @@ RENAME_EXCHANGE = 2
 NAME_MAX = 255
 KEY_MAX = 1024
 CONFLICT_DIR = ".memfs-conflicts"
+# Files up to this size are read whole when their metadata is first needed (see _read_metadata).
+SMALL_FILE = 256 * 1024
 
 
 def fuse_op(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -242,6 +244,8 @@ class MemFS(pyfuse3.Operations):
             except pyfuse3.FUSEError:
                 raise fail(errno.ENOENT) from None
             found = await self._resolve(parent, text)
+            if found is not None and not found.meta_known and not self._is_local(found):
+                found = await self._read_metadata(found)
             if found is None:
                 negative = pyfuse3.EntryAttributes()
                 negative.st_ino = 0
@@ -250,6 +254,52 @@ class MemFS(pyfuse3.Operations):
             node = found
         node.nlookup += 1
         return node.attributes(self.ttl)
+
+    async def _read_metadata(self, node: Node) -> Node | None:
+        """Learn an entry's stored mode/owner/mtime, once per mount, before the kernel sees it.
+
+        One LIST cannot carry user metadata, so a name first met in a listing has defaults. The
+        kernel fixes an inode's file type when it first sees it, so a symlink must be known as
+        one at lookup. Small files are fetched whole (GET) rather than HEADed: same one request,
+        and the bytes wait in the content cache for the open() that usually follows.
+        Returns the node to use (a new one if the type changed), or None if it is gone.
+        """
+        path = node.path
+        now = time.time()
+        if node.kind is Kind.DIR:
+            info = await self._s3(self.store.head, path, directory=True)
+            if info is not None and info.mode is not None:
+                node.mode = stat.S_IFDIR | stat.S_IMODE(info.mode)
+                node.uid = node.uid if info.uid is None else info.uid
+                node.gid = node.gid if info.gid is None else info.gid
+                node.mtime = info.mtime
+            node.meta_known = True  # an implied directory has nothing more to tell
+            return node
+        data: bytes | None = None
+        try:
+            if node.size <= SMALL_FILE:
+                data, info = await self._s3(self.store.get, path)
+            else:
+                info = await self._s3(self.store.head, path)
+        except StoreError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+            info = None
+        if info is None:
+            self.inodes.detach(path)
+            self._listing_remove(node.parent_path(), node.name())
+            return None
+        kind = Kind.LINK if stat.S_ISLNK(info.mode or 0) else Kind.FILE
+        if kind is not node.kind:
+            # A new inode: the kernel refuses to see an existing inode change its type.
+            node = self.inodes.add(path, kind, node.mode, node.uid, node.gid)
+        node.apply_info(info, now)
+        node.meta_known = True
+        if data is not None:
+            self.content.put(path, info.etag, data)
+            if kind is Kind.LINK:
+                node.symlink_target = data
+        return node
 
     @fuse_op
     async def forget(self, inode_list) -> None:

@@ -192,8 +192,9 @@ class Store:
         except Exception as exc:
             raise translate(exc, "LIST", f"s3://{self.bucket}/{self.prefix}") from exc
 
-    def head(self, path: str) -> ObjectInfo | None:
-        key = self.key(path)
+    def head(self, path: str, *, directory: bool = False) -> ObjectInfo | None:
+        """The object's attributes, or None if it does not exist (``directory``: its marker)."""
+        key = self.dir_key(path) if directory else self.key(path)
         try:
             resp = self.client.head_object(Bucket=self.bucket, Key=key)
         except Exception as exc:

@@ -84,6 +84,10 @@ def test_lookups_in_a_listed_directory_are_free(counted: Counted, s3) -> None:
 
     async def main():
         fs = counted.fs
+        inodes = [(await fs.lookup(ROOT, f"f{i}.md".encode(), CTX)).st_ino for i in range(5)]
+        # First sight of each object: one LIST for the directory, and one GET per small file
+        # for its stored metadata (mode, owner, symlink or not), which also caches its bytes.
+        assert counted.take() == {"ListObjectsV2": 1, "GetObject": 5}
         for i in range(5):
             await fs.lookup(ROOT, f"f{i}.md".encode(), CTX)
         missing = await fs.lookup(ROOT, b"absent.md", CTX)
@@ -91,8 +95,21 @@ def test_lookups_in_a_listed_directory_are_free(counted: Counted, s3) -> None:
         fh = await fs.opendir(ROOT, CTX)
         assert [n for n, _ in fs.dir_handles[fh]][2:] == [f"f{i}.md" for i in range(5)]
         await fs.releasedir(fh)
+        for ino in inodes:
+            assert await read_file(fs, ino) == b"x"  # served from the bytes fetched above
     run(main)
-    assert counted.take() == {"ListObjectsV2": 1}
+    assert counted.take() == {}
+
+
+def test_metadata_of_large_files_is_a_head(counted: Counted, s3) -> None:
+    s3.put_object(Bucket=BUCKET, Key="big.bin", Body=b"\0" * (300 * 1024),
+                  Metadata={"mode": str(stat.S_IFREG | 0o640)})
+
+    async def main():
+        attrs = await counted.fs.lookup(ROOT, b"big.bin", CTX)
+        assert stat.S_IMODE(attrs.st_mode) == 0o640
+    run(main)
+    assert counted.take() == {"ListObjectsV2": 1, "HeadObject": 1}
 
 
 def test_rewrite_with_o_trunc_is_one_conditional_put(counted: Counted, s3) -> None:
