@@ -30,9 +30,9 @@ SESSION_LEGS = (
 #: shell/scale legs: (name, mount kind or "floor")
 FS_LEGS = (("floor (boto3)", "floor"), ("memfs", "memfs"), ("s3fs", "s3fs"),
            ("rclone", "rclone"), ("local", "local"))
-#: rclone uploads after close (--vfs-write-back 1s): wait this long without requests to count
-#: its uploads. Not part of the measured time.
-RCLONE_QUIET_S = 2.5
+#: rclone uploads after close (--vfs-write-back 1s): after a step that wrote, wait until no
+#: request has come for this long (> the 1 s write-back) to count its uploads. Not timed.
+RCLONE_QUIET_S = 1.6
 
 
 class Bench:
@@ -104,7 +104,7 @@ class Bench:
         """Reset counts, run ``body`` (which appends measured commands to ``r``), wait for
         write-behind uploads if it wrote, then take the counts."""
         behind = kind == "rclone"
-        if behind:
+        if behind and (r.workload != "shell" or r.step == w.SHELL_STEPS[0]):
             w.settle(self.proxy, 0.5, max_s=20)  # mount-time chatter ends before we count
         self.proxy.reset_counts()
         body()
@@ -207,19 +207,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="memfs vs the direct-boto3 floor, s3fs-fuse, rclone and local disk, "
                     "on one moto server behind a counting, delaying proxy (loopback only).")
     ap.add_argument("--quick", action="store_true",
-                    help="small sizes (session 6 files, shell 50, scale 500): < 2 min")
+                    help="small sizes (session 5 files, shell 40, scale 200): < 2 min")
     ap.add_argument("--rtt-ms", default="0,10", help="modelled round trips, comma-separated")
-    ap.add_argument("--files", type=int, help="session files (default 20; quick 6)")
-    ap.add_argument("--shell-files", type=int, help="shell files (default 1000; quick 50)")
-    ap.add_argument("--scale-files", type=int, help="scale files (default 10000; quick 500)")
+    ap.add_argument("--files", type=int, help="session files (default 20; quick 5)")
+    ap.add_argument("--shell-files", type=int, help="shell files (default 1000; quick 40)")
+    ap.add_argument("--scale-files", type=int, help="scale files (default 10000; quick 200)")
     ap.add_argument("--workloads", default="session,shell,scale")
     ap.add_argument("--legs", default="",
                     help="comma-separated subset: floor,memfs,s3fs,rclone,local (default all)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "results")
     a = ap.parse_args(argv)
-    a.files = a.files or (6 if a.quick else 20)
-    a.shell_files = a.shell_files or (50 if a.quick else 1000)
-    a.scale_files = a.scale_files or (500 if a.quick else 10000)
+    a.files = a.files or (5 if a.quick else 20)
+    a.shell_files = a.shell_files or (40 if a.quick else 1000)
+    a.scale_files = a.scale_files or (200 if a.quick else 10000)
     a.rtts = [float(x) for x in a.rtt_ms.split(",") if x.strip()]
     a.workload_set = {x.strip() for x in a.workloads.split(",")}
     return a
