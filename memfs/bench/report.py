@@ -184,5 +184,17 @@ def machine() -> dict[str, Any]:
     }
 
 
+def git_state(repo: Path) -> str:
+    """The commit the run measured, with "+dirty" when the working tree had changes."""
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=20).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "memfs"],
+                               capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    return (head or "?") + ("+dirty" if dirty else "")
+
+
 def write_json(path: Path, meta: dict[str, Any], results: list[LegResult]) -> None:
     path.write_text(json.dumps({**meta, "results": [r.to_json() for r in results]}, indent=1))

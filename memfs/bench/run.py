@@ -233,11 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     meta: dict[str, Any] = {
         "command": "scripts/bench " + " ".join(sys.argv[1:] if argv is None else argv),
         "started": stamp, "machine": report.machine(),
+        "git": report.git_state(Path(__file__).resolve().parents[2]),
         "sizes": {"session_files": a.files, "shell_files": a.shell_files,
                   "scale_files": a.scale_files}, "rtt_ms": a.rtts,
     }
-    print(f"bench: {meta['command']}  ({meta['machine']['cpu']}, {meta['machine']['cores']} "
-          f"cores)", flush=True)
+    print(f"bench: {meta['command']}  (memfs {meta['git']}; {meta['machine']['cpu']}, "
+          f"{meta['machine']['cores']} cores)", flush=True)
     with tempfile.TemporaryDirectory(prefix="memfs-bench-") as tmp, \
             targets.moto_server() as moto_url, S3Proxy(moto_url) as proxy:
         workdir = Path(tmp)
@@ -263,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     meta["wall_s"] = round(time.monotonic() - t_start, 1)
     base = a.out / f"bench-{stamp}"
     report.write_json(base.with_suffix(".json"), meta, bench.results)
-    md = [f"`{meta['command']}` — {meta['started']}, {meta['wall_s']} s", ""]
+    md = [f"`{meta['command']}` — {meta['started']}, memfs {meta['git']}, {meta['wall_s']} s",
+          ""]
     md += [t.markdown() + "\n" for t in bench.tables]
     base.with_suffix(".md").write_text("\n".join(md))
     png.render(base.with_suffix(".png"), f"memfs bench {stamp}", chart_panels(bench.results))
