@@ -6,10 +6,15 @@ Owns the two ways the handler changes a file's bytes and the one way it moves th
   `os.replace` (a new file under `exclusive` is published with `link`, which fails if the name
   exists), so a reader sees the old bytes or the new bytes, never a mix.
 * On a memfs mount (fstype `fuse.memfs` in /proc/self/mountinfo) the mount itself promises that:
-  it uploads the whole object with one PUT at `close()`, and no empty or partial object is ever
-  visible. So we open the file itself with `O_TRUNC`, write and close: 1 PUT, where temp + rename
-  would cost PUT + COPY + DELETE. `close()` reports the upload's outcome, so its `OSError`
-  (ESTALE/EIO on a lost race) is the write's error.
+  it uploads the whole object with one PUT, and `O_TRUNC` never publishes an empty object. So we
+  open the file itself with `O_TRUNC`, mark the descriptor atomic (xattr `user.memfs.atomic`: the
+  mount uploads at `fsync()` only and discards the changes if the descriptor is closed without
+  one), write, `fsync` and close: 1 PUT, where temp + rename would cost PUT + COPY + DELETE, and a
+  failed write or a killed process leaves the old version in place. `fsync()` reports the
+  upload's outcome, so its `OSError` (ESTALE/EDQUOT/EIO) is the write's error.
+* `agent_id` (memfs only): set as the xattr `user.memfs.agent` on the open file before `close()`,
+  so the mount records it as the upload's `memfs-agent` metadata (who wrote it, for
+  `memfs history`/`log`). Best effort: a mount that cannot record it still gets the write.
 * `rename_noreplace` uses `renameat2(RENAME_NOREPLACE)` so an existing destination is never
   overwritten, falling back to check-then-rename where the filesystem lacks it.
 
@@ -21,12 +26,16 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
 import secrets
 import stat
 from contextlib import suppress
 
+log = logging.getLogger(__name__)
+
 _NEW_FILE_MODE = 0o600
+AGENT_XATTR = "user.memfs.agent"
 _MEMFS_FSTYPE = "fuse.memfs"
 _RENAME_NOREPLACE = 1
 
@@ -88,26 +97,47 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def write_file(dir_fd: int, name: str, data: bytes, *, exclusive: bool = False) -> None:
+def write_file(
+    dir_fd: int, name: str, data: bytes, *, exclusive: bool = False, agent_id: str | None = None
+) -> None:
     """Make `name` in `dir_fd` hold exactly `data`, all or nothing.
 
     `exclusive` raises `FileExistsError` if `name` exists (never replaces it). Any other failure
     raises `OSError`, and the previous content (or absence) of `name` is what readers see.
+    `agent_id` is recorded with the upload on a memfs mount and ignored elsewhere.
     """
     if on_memfs(dir_fd):
-        _write_in_place(dir_fd, name, data, exclusive)
+        _write_in_place(dir_fd, name, data, exclusive, agent_id)
     else:
         _write_via_temp(dir_fd, name, data, exclusive)
 
 
-def _write_in_place(dir_fd: int, name: str, data: bytes, exclusive: bool) -> None:
+_agent_warned = False
+
+
+def _tag_agent(fd: int, agent_id: str) -> None:
+    global _agent_warned
+    try:
+        os.setxattr(fd, AGENT_XATTR, agent_id.encode("ascii"))
+    except OSError as err:
+        if not _agent_warned:
+            _agent_warned = True
+            log.warning("this memfs mount did not record the agent id (%s); writes go on "
+                        "without it", os.strerror(err.errno or errno.EIO))
+
+
+def _write_in_place(
+    dir_fd: int, name: str, data: bytes, exclusive: bool, agent_id: str | None = None
+) -> None:
     # memfs contract: the object is replaced by one PUT at close(); O_TRUNC never publishes an
     # empty object, and close() returns the PUT's error (ESTALE if someone else won a race).
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     flags |= os.O_EXCL if exclusive else os.O_TRUNC
     fd = os.open(name, flags, _NEW_FILE_MODE, dir_fd=dir_fd)
     try:
+        os.setxattr(fd, "user.memfs.atomic", b"1")
         _write_all(fd, data)
+        os.fsync(fd)  # the one PUT; without it close() would publish nothing
     except BaseException:
         with suppress(OSError):
             os.close(fd)

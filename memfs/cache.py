@@ -32,6 +32,12 @@ class OpenFile:
     is_new: bool = False
     dirty: bool = False
     meta_dirty: bool = False
+    # The size S3 holds for this file now (quota accounting: an upload adds the difference).
+    remote_size: int = 0
+    # Agent/session id set with the xattr user.memfs.agent; written with the next upload.
+    agent: str | None = None
+    # Set with the xattr user.memfs.atomic: upload at fsync() only, discard at close without it.
+    atomic: bool = False
     lock: trio.Lock = field(default_factory=trio.Lock)
 
 

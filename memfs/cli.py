@@ -52,6 +52,21 @@ def _number(kind: type, flag: str, value: str | None) -> float | int | None:
         raise UsageError(f"{flag}: {value!r} is not a valid {kind.__name__}") from None
 
 
+SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _size(flag: str, value: str | None) -> int | None:
+    """``"1048576"``, ``"512K"``, ``"10M"``, ``"2G"`` → bytes."""
+    if value is None:
+        return None
+    text = value.strip().upper().removesuffix("B").removesuffix("I")
+    unit = text[-1:] if text[-1:] in SIZE_UNITS else ""
+    number = text[: len(text) - len(unit)]
+    if not number.isdigit():
+        raise UsageError(f"{flag}: {value!r} is not a size (bytes, or a number with K, M or G)")
+    return int(number) * SIZE_UNITS[unit]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Persistent, shared, inspectable memory for Claude agents: "
@@ -91,11 +106,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="connect and read timeout per S3 attempt (default 5 to connect, 30 to "
                    "read); with --s3-attempts it bounds how long an operation waits for a dead "
                    "endpoint before EIO [MEMFS_S3_TIMEOUT]")
+    m.add_argument("--instance", help="name recorded as this mount in every object's writer "
+                   "metadata (default: the mountpoint) [MEMFS_INSTANCE]")
+    m.add_argument("--read-only-paths", metavar="DIR,DIR",
+                   help="comma-separated subtrees (e.g. policies,pinned) that refuse changes with "
+                   "EROFS; edit them through another mount [MEMFS_READ_ONLY_PATHS]")
+    m.add_argument("--max-file-size", metavar="SIZE",
+                   help="largest file (bytes, or with K/M/G); bigger writes fail with EFBIG "
+                   "[MEMFS_MAX_FILE_SIZE]")
+    m.add_argument("--max-total-bytes", metavar="SIZE",
+                   help="quota on all bytes under the prefix; EDQUOT past it "
+                   "[MEMFS_MAX_TOTAL_BYTES]")
+    m.add_argument("--max-files", metavar="N",
+                   help="quota on the number of files under the prefix; EDQUOT past it "
+                   "[MEMFS_MAX_FILES]")
     m.add_argument("--log-level", help="debug, info, warning or error (default info) "
                    "[MEMFS_LOG_LEVEL]")
 
     u = sub.add_parser("umount", help="flush and unmount")
     u.add_argument("mountpoint")
+
+    df = sub.add_parser("df", help="usage of a mount against its quotas")
+    df.add_argument("mountpoint")
 
     h = sub.add_parser("handle", help="serve Claude memory commands as JSON lines on stdin/stdout")
     h.add_argument("--root", required=True, help="directory that stands for /memories")
@@ -130,6 +162,17 @@ def mount_config(args: argparse.Namespace) -> MountConfig:
         kwargs["max_attempts"] = attempts
     if timeout is not None:
         kwargs["connect_timeout"] = kwargs["read_timeout"] = timeout
+    for name, value in (("max_file_size", _size("--max-file-size", pick("max-file-size"))),
+                        ("max_total_bytes", _size("--max-total-bytes", pick("max-total-bytes"))),
+                        ("max_files", _number(int, "--max-files", pick("max-files")))):
+        if value is not None:
+            kwargs[name] = value
+    read_only_paths = pick("read-only-paths")
+    if read_only_paths:
+        kwargs["read_only_paths"] = tuple(p for p in read_only_paths.split(",") if p.strip())
+    instance = pick("instance")
+    if instance:
+        kwargs["instance"] = instance
     if ttl is not None:
         kwargs["metadata_ttl"] = ttl
     if uid is not None:
@@ -235,6 +278,21 @@ def cmd_umount(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_df(args: argparse.Namespace) -> int:
+    import json
+
+    from memfs.quota import format_df
+
+    path = Path(args.mountpoint).absolute()
+    try:
+        usage = json.loads(os.getxattr(path, "user.memfs.usage"))
+    except OSError as exc:
+        print(f"{PROG}: {path} is not a memfs mount ({exc.strerror})", file=sys.stderr)
+        return 1
+    print(format_df(str(path), usage))
+    return 0
+
+
 def cmd_handle(args: argparse.Namespace) -> int:
     from memfs.handler import serve_jsonl
 
@@ -248,7 +306,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo_main(["--keep"] if args.keep else [])
 
 
-COMMANDS = {"mount": cmd_mount, "umount": cmd_umount, "handle": cmd_handle, "demo": cmd_demo}
+COMMANDS = {"mount": cmd_mount, "umount": cmd_umount, "df": cmd_df, "handle": cmd_handle,
+            "demo": cmd_demo}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -51,6 +51,14 @@ class MountConfig:
     connect_timeout: float = 5.0
     read_timeout: float = 30.0
     max_connections: int = 16
+    # Names this mount in the writer metadata of every object it writes (default: mountpoint).
+    instance: str = ""
+    # Subtrees (relative paths like "policies") that refuse every change with EROFS.
+    read_only_paths: tuple[str, ...] = ()
+    # Quotas; None is unlimited. File size → EFBIG, total bytes and file count → EDQUOT.
+    max_file_size: int | None = None
+    max_total_bytes: int | None = None
+    max_files: int | None = None
 
     def __post_init__(self) -> None:
         if not self.bucket:
@@ -65,7 +73,25 @@ class MountConfig:
             raise ConfigError(
                 f"--log-level must be one of debug, info, warning, error; got {self.log_level!r}"
             )
+        for name in ("max_file_size", "max_total_bytes", "max_files"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{flag} must be >= 0, got {value}")
         object.__setattr__(self, "prefix", normalize_prefix(self.prefix))
+        object.__setattr__(self, "read_only_paths", tuple(
+            normalize_prefix(p).rstrip("/") for p in self.read_only_paths if p.strip("/")))
+        if not self.instance:
+            object.__setattr__(self, "instance", str(self.mountpoint))
+
+    def is_read_only(self, path: str) -> bool:
+        """True if ``path`` (relative to the mount root) is in a read-only subtree, or is one."""
+        return self.read_only or any(
+            path == ro or path.startswith(ro + "/") for ro in self.read_only_paths)
+
+    @property
+    def has_usage_quota(self) -> bool:
+        return self.max_total_bytes is not None or self.max_files is not None
 
     @property
     def source(self) -> str:

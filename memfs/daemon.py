@@ -25,6 +25,7 @@ import trio
 from memfs import sdnotify
 from memfs.config import MountConfig
 from memfs.fs import MemFS
+from memfs.quota import Usage
 from memfs.store import Store, StoreError, make_client
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,13 @@ def run(config: MountConfig) -> int:
         raise
 
     fs = MemFS(store, config)
+    if fs.usage.tracked:
+        # Quotas need to know what is there before the first write is allowed.
+        try:
+            fs.usage.reset(Usage.scan(store))
+        except StoreError as exc:
+            _report_ready(f"ERROR {explain_store_error(exc, config)}")
+            raise MountError(explain_store_error(exc, config)) from None
     options = set(pyfuse3.default_options)
     options |= {f"fsname={config.source}", "subtype=memfs", "noatime"}
     if config.read_only:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import errno
 import functools
+import json
 import logging
 import os
 import socket
@@ -36,6 +37,7 @@ import trio
 from memfs.cache import ContentCache, OpenFile
 from memfs.config import MountConfig
 from memfs.inodes import DirCache, InodeTable, Kind, Node, child_path
+from memfs.quota import Usage
 from memfs.store import NotModified, ObjectInfo, Store, StoreError, metadata_for
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,13 @@ RENAME_EXCHANGE = 2
 NAME_MAX = 255
 KEY_MAX = 1024
 CONFLICT_DIR = ".memfs-conflicts"
+XATTR_SOURCE = b"user.memfs.source"  # on the root: bucket, prefix, endpoint, instance (JSON)
+XATTR_USAGE = b"user.memfs.usage"  # on the root: usage against the quotas (JSON)
+XATTR_AGENT = b"user.memfs.agent"  # on an open file: agent id recorded with its next upload
+# On an open file: upload only at fsync(); a close() without one discards the changes. Lets a
+# writer replace a file in place (one PUT) without a crash or failed write ever publishing a
+# truncated or partial version.
+XATTR_ATOMIC = b"user.memfs.atomic"
 # Files up to this size are read whole when their metadata is first needed (see _read_metadata).
 SMALL_FILE = 256 * 1024
 
@@ -58,7 +67,7 @@ def fuse_op(fn: Callable[..., Any]) -> Callable[..., Any]:
             return await fn(self, *args)
         except pyfuse3.FUSEError:
             raise
-        except StoreError as exc:
+        except OSError as exc:  # StoreError, QuotaExceeded: they carry the errno to report
             raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
         except Exception:
             log.exception("internal error in %s%r", fn.__name__, args[:2])
@@ -93,6 +102,8 @@ class MemFS(pyfuse3.Operations):
         # sees a half-created entry; reads and data transfers run concurrently.
         self.ns_lock = trio.Lock()
         self._list_locks: dict[int, trio.Lock] = {}
+        self.writer = f"{socket.gethostname()}/{config.instance}"
+        self.usage = Usage(config.max_file_size, config.max_total_bytes, config.max_files)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -123,8 +134,9 @@ class MemFS(pyfuse3.Operations):
         self._next_fh += 1
         return fh
 
-    def _writable(self) -> None:
-        if self.config.read_only:
+    def _writable(self, *paths: str) -> None:
+        """EROFS for a read-only mount, or for a path in (or being) a read-only subtree."""
+        if self.config.read_only or any(self.config.is_read_only(p) for p in paths):
             raise fail(errno.EROFS)
 
     def _name(self, raw: bytes) -> str:
@@ -140,6 +152,13 @@ class MemFS(pyfuse3.Operations):
         key = self.store.dir_key(path) if directory else self.store.key(path)
         if len(key.encode()) > KEY_MAX:
             raise fail(errno.ENAMETOOLONG)
+
+    def _check_file_count(self) -> None:
+        pending = sum(1 for of in self.open_files.values() if of.is_new)
+        self.usage.check_add(0, new_files=pending + 1)
+
+    def _check_total(self, delta_bytes: int) -> None:
+        self.usage.check_add(delta_bytes)
 
     def _is_local(self, node: Node) -> bool:
         """True when this mount holds the authoritative state (a file not yet uploaded)."""
@@ -226,8 +245,17 @@ class MemFS(pyfuse3.Operations):
         if parent is not None and parent.listing is not None:
             parent.listing.discard(name)
 
-    def _metadata(self, node: Node) -> dict[str, str]:
-        return metadata_for(node.mode, node.uid, node.gid, node.mtime)
+    def _meta(self, mode: int, uid: int, gid: int, mtime: float,
+              agent: str | None = None) -> dict[str, str]:
+        """s3fs-compatible attributes plus who wrote this version (see `memfs history`)."""
+        meta = metadata_for(mode, uid, gid, mtime)
+        meta["memfs-writer"] = self.writer
+        if agent:
+            meta["memfs-agent"] = agent
+        return meta
+
+    def _metadata(self, node: Node, agent: str | None = None) -> dict[str, str]:
+        return self._meta(node.mode, node.uid, node.gid, node.mtime, agent)
 
     # -- lookups and attributes --------------------------------------------------------------
 
@@ -309,6 +337,8 @@ class MemFS(pyfuse3.Operations):
     @fuse_op
     async def getattr(self, inode: int, ctx=None) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
+        if node.detached and inode not in self.open_files:
+            raise fail(errno.ENOENT)  # the name is gone and nothing holds the file open
         if (node.kind is Kind.DIR or node.detached or self._fresh(node.validated_at)
                 or inode in self.open_files):
             return node.attributes(self.ttl)
@@ -323,7 +353,7 @@ class MemFS(pyfuse3.Operations):
     @fuse_op
     async def setattr(self, inode: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
-        self._writable()
+        self._writable(node.path)
         of = self.open_files.get(inode)
         if fields.update_size:
             if node.kind is Kind.DIR:
@@ -333,7 +363,7 @@ class MemFS(pyfuse3.Operations):
                     await self._truncate(of, attr.st_size)
             else:
                 # truncate(2) on a file nobody has open: apply it now, as one conditional PUT.
-                temp = OpenFile(node, base_etag=node.etag)
+                temp = OpenFile(node, base_etag=node.etag, remote_size=node.size)
                 async with temp.lock:
                     await self._truncate(temp, attr.st_size)
                     await self._upload(temp)
@@ -382,12 +412,71 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def statfs(self, ctx=None) -> pyfuse3.StatvfsData:
+        await self._recount_if_stale()
         s = pyfuse3.StatvfsData()
         s.f_bsize = s.f_frsize = 4096
-        s.f_blocks = s.f_bfree = s.f_bavail = 1 << 40  # S3 has no meaningful capacity limit
-        s.f_files = s.f_ffree = s.f_favail = 1 << 32
         s.f_namemax = NAME_MAX
+        # S3 has no capacity of its own: without a quota, report a huge constant.
+        s.f_blocks = s.f_bfree = s.f_bavail = 1 << 40
+        s.f_files = s.f_ffree = s.f_favail = 1 << 32
+        cap, files = self.usage.max_total_bytes, self.usage.max_files
+        if cap is not None:
+            s.f_blocks = -(-cap // 4096)
+            s.f_bfree = s.f_bavail = max(0, cap - self.usage.bytes) // 4096
+        if files is not None:
+            s.f_files = files
+            s.f_ffree = s.f_favail = max(0, files - self.usage.files)
         return s
+
+    async def _recount_if_stale(self) -> None:
+        if self.usage.stale():
+            self.usage.reset(await self._s3(Usage.scan, self.store))
+
+    # -- extended attributes: memfs's own, nothing else --------------------------------------
+
+    def _root_xattrs(self) -> dict[bytes, bytes]:
+        source = {"bucket": self.store.bucket, "prefix": self.store.prefix,
+                  "endpoint_url": self.config.endpoint_url, "region": self.config.region,
+                  "instance": self.config.instance}
+        return {XATTR_SOURCE: json.dumps(source).encode(),
+                XATTR_USAGE: json.dumps(self.usage.as_dict()).encode()}
+
+    @fuse_op
+    async def getxattr(self, inode: int, name: bytes, ctx=None) -> bytes:
+        if inode == pyfuse3.ROOT_INODE and name in (XATTR_SOURCE, XATTR_USAGE):
+            if name == XATTR_USAGE:
+                await self._recount_if_stale()
+            return self._root_xattrs()[name]
+        of = self.open_files.get(inode)
+        if name == XATTR_AGENT and of is not None and of.agent:
+            return of.agent.encode()
+        raise fail(errno.ENODATA)
+
+    @fuse_op
+    async def listxattr(self, inode: int, ctx=None) -> list[bytes]:
+        return list(self._root_xattrs()) if inode == pyfuse3.ROOT_INODE else []
+
+    @fuse_op
+    async def setxattr(self, inode: int, name: bytes, value: bytes, ctx=None) -> None:
+        """Only memfs's own, on an open file: ``user.memfs.agent`` (who is writing, recorded
+        with the upload) and ``user.memfs.atomic`` (upload at fsync only; see XATTR_ATOMIC)."""
+        of = self.open_files.get(inode)
+        if name not in (XATTR_AGENT, XATTR_ATOMIC) or of is None:
+            raise fail(errno.ENOTSUP)
+        if name == XATTR_ATOMIC:
+            of.atomic = True
+            return
+        try:
+            agent = value.decode("ascii")
+        except UnicodeDecodeError:
+            raise fail(errno.EINVAL) from None
+        if not agent or len(agent) > 200 or not agent.isprintable():
+            raise fail(errno.EINVAL)
+        of.agent = agent
+
+    @fuse_op
+    async def removexattr(self, inode: int, name: bytes, ctx=None) -> None:
+        raise fail(errno.ENOTSUP)
 
     # -- directories -------------------------------------------------------------------------
 
@@ -425,17 +514,17 @@ class MemFS(pyfuse3.Operations):
     @fuse_op
     async def mkdir(self, parent_inode: int, name: bytes, mode: int,
                     ctx) -> pyfuse3.EntryAttributes:
-        self._writable()
         text = self._name(name)
         async with self.ns_lock:
             parent = self._dir(parent_inode)
+            path = child_path(parent.path, text)
+            self._writable(path)
             if await self._resolve(parent, text) is not None:
                 raise fail(errno.EEXIST)
-            path = child_path(parent.path, text)
             self._check_key(path, directory=True)
             now = time.time()
             dir_mode = stat.S_IFDIR | stat.S_IMODE(mode)
-            await self._s3(self.store.put, path, b"", metadata_for(dir_mode, ctx.uid, ctx.gid, now),
+            await self._s3(self.store.put, path, b"", self._meta(dir_mode, ctx.uid, ctx.gid, now),
                            directory=True, content_type="application/x-directory")
             node = self.inodes.add(path, Kind.DIR, dir_mode, ctx.uid, ctx.gid)
             node.meta_known = True
@@ -447,10 +536,10 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def rmdir(self, parent_inode: int, name: bytes, ctx=None) -> None:
-        self._writable()
         text = self._name(name)
         async with self.ns_lock:
             parent = self._dir(parent_inode)
+            self._writable(child_path(parent.path, text))
             node = await self._existing(parent, text)
             if node.kind is not Kind.DIR:
                 raise fail(errno.ENOTDIR)
@@ -464,10 +553,10 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int, ctx):
-        self._writable()
         text = self._name(name)
         async with self.ns_lock:
             parent = self._dir(parent_inode)
+            self._writable(child_path(parent.path, text))
             existing = await self._resolve(parent, text)
             if existing is not None:
                 # Created elsewhere after the kernel cached a negative lookup.
@@ -480,6 +569,7 @@ class MemFS(pyfuse3.Operations):
                 return fi, existing.attributes(self.ttl)
             path = child_path(parent.path, text)
             self._check_key(path)
+            self._check_file_count()
             node = self.inodes.add(path, Kind.FILE, stat.S_IFREG | stat.S_IMODE(mode),
                                    ctx.uid, ctx.gid)
             node.meta_known = True
@@ -507,10 +597,10 @@ class MemFS(pyfuse3.Operations):
     async def _open(self, node: Node, flags: int) -> pyfuse3.FileInfo:
         writing = flags & os.O_ACCMODE != os.O_RDONLY
         if writing or flags & os.O_TRUNC:
-            self._writable()
+            self._writable(node.path)
         of = self.open_files.get(node.inode)
         if of is None:
-            of = OpenFile(node, base_etag=node.etag)
+            of = OpenFile(node, base_etag=node.etag, remote_size=node.size)
             self.open_files[node.inode] = of
         try:
             async with of.lock:
@@ -556,9 +646,10 @@ class MemFS(pyfuse3.Operations):
             raise
         node.apply_info(info, time.time())
         self.content.put(node.path, info.etag, data)
-        of.data, of.base_etag = bytearray(data), info.etag
+        of.data, of.base_etag, of.remote_size = bytearray(data), info.etag, len(data)
 
     async def _truncate(self, of: OpenFile, size: int) -> None:
+        self.usage.check_file_size(size)
         if size == 0:
             of.data = bytearray()
         else:
@@ -592,6 +683,7 @@ class MemFS(pyfuse3.Operations):
                     await self._load(of)
         data = of.data
         assert data is not None
+        self.usage.check_file_size(max(len(data), off + len(buf)))
         if off > len(data):
             data.extend(b"\0" * (off - len(data)))
         data[off:off + len(buf)] = buf
@@ -602,11 +694,11 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def flush(self, fh: int) -> None:
-        await self._flush(self.handles[fh])
+        await self._flush(self.handles[fh], commit=False)
 
     @fuse_op
     async def fsync(self, fh: int, datasync: bool) -> None:
-        await self._flush(self.handles[fh])
+        await self._flush(self.handles[fh], commit=True)
 
     @fuse_op
     async def release(self, fh: int) -> None:
@@ -615,7 +707,10 @@ class MemFS(pyfuse3.Operations):
         if of.handles > 0:
             return
         try:
-            await self._flush(of)
+            if of.atomic and (of.dirty or of.is_new or of.meta_dirty):
+                self._discard(of)
+            else:
+                await self._flush(of, commit=False)
         except (StoreError, pyfuse3.FUSEError) as exc:
             # The kernel discards release errors; flush already reported this one to close().
             log.warning("upload of %s at release failed: %s", of.node.path, exc)
@@ -623,7 +718,26 @@ class MemFS(pyfuse3.Operations):
             if self.open_files.get(of.node.inode) is of:
                 del self.open_files[of.node.inode]
 
-    async def _flush(self, of: OpenFile) -> None:
+    def _discard(self, of: OpenFile) -> None:
+        """Drop an atomic writer's uncommitted changes: S3 keeps what it had (or nothing)."""
+        node = of.node
+        log.info("discarding uncommitted changes to %s (closed without fsync)", node.path)
+        if of.is_new and not node.detached:
+            parent = self.inodes.at(node.parent_path())
+            self.inodes.detach(node.path)
+            self._listing_remove(node.parent_path(), node.name())
+            if parent is not None:
+                # The kernel still caches the name create() gave it: make it forget.
+                pyfuse3.invalidate_entry_async(parent.inode, node.name().encode(),
+                                               deleted=node.inode, ignore_enoent=True)
+        node.size = of.remote_size
+        node.validated_at = 0.0  # re-read attributes from S3 at next use
+        of.dirty = of.meta_dirty = of.is_new = False
+
+    async def _flush(self, of: OpenFile, *, commit: bool) -> None:
+        """Upload pending changes. ``commit`` is fsync's; an atomic writer uploads only then."""
+        if of.atomic and not commit:
+            return
         async with of.lock:
             if of.node.detached:
                 of.dirty = of.meta_dirty = of.is_new = False  # the name is gone: nothing to keep
@@ -644,7 +758,8 @@ class MemFS(pyfuse3.Operations):
         path = node.path
         self._check_key(path)
         snapshot = bytes(of.data)
-        metadata = self._metadata(node)
+        metadata = self._metadata(node, of.agent)
+        self._check_total(len(snapshot) - of.remote_size)
         of.dirty = of.meta_dirty = False  # writes that land during the PUT set it again
         try:
             info = await self._s3(
@@ -662,7 +777,9 @@ class MemFS(pyfuse3.Operations):
             of.base_etag = None
             await self._learn_winner(node)
             raise
+        self.usage.added(len(snapshot) - of.remote_size, new_file=of.is_new)
         of.is_new = False
+        of.remote_size = len(snapshot)
         of.base_etag = info.etag
         node.etag = info.etag
         node.meta_known = True
@@ -691,6 +808,7 @@ class MemFS(pyfuse3.Operations):
         where = f"{CONFLICT_DIR}/{path}.{stamp}.{socket.gethostname()}.{os.getpid()}"
         try:
             await self._s3(self.store.put, where, data, metadata)
+            self.usage.added(len(data), new_file=True)
         except StoreError as exc:
             log.error("write conflict on %s and its %d bytes could not be saved to %s: %s",
                       path, len(data), where, exc)
@@ -700,34 +818,37 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def unlink(self, parent_inode: int, name: bytes, ctx=None) -> None:
-        self._writable()
         text = self._name(name)
         async with self.ns_lock:
             parent = self._dir(parent_inode)
+            self._writable(child_path(parent.path, text))
             node = await self._existing(parent, text)
             if node.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
             of = self.open_files.get(node.inode)
             if of is None or not of.is_new:  # a file never uploaded has nothing in S3
                 await self._s3(self.store.delete, node.path)
+                self.usage.removed(of.remote_size if of else node.size)
             self.inodes.detach(node.path)
             self._listing_remove(parent.path, text)
             self.content.discard(node.path)
 
     @fuse_op
     async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx):
-        self._writable()
         text = self._name(name)
         async with self.ns_lock:
             parent = self._dir(parent_inode)
+            path = child_path(parent.path, text)
+            self._writable(path)
             if await self._resolve(parent, text) is not None:
                 raise fail(errno.EEXIST)
-            path = child_path(parent.path, text)
             self._check_key(path)
+            self._check_file_count()
             mode = stat.S_IFLNK | 0o777
             info = await self._s3(self.store.put, path, target,
-                                  metadata_for(mode, ctx.uid, ctx.gid, time.time()),
+                                  self._meta(mode, ctx.uid, ctx.gid, time.time()),
                                   if_none_match=True)
+            self.usage.added(len(target), new_file=True)
             node = self.inodes.add(path, Kind.LINK, mode, ctx.uid, ctx.gid)
             node.apply_info(info, time.time())
             node.symlink_target = target
@@ -752,12 +873,13 @@ class MemFS(pyfuse3.Operations):
     @fuse_op
     async def rename(self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes,
                      flags: int, ctx) -> None:
-        self._writable()
         if flags & RENAME_EXCHANGE:
             raise fail(errno.EINVAL)
         src_name, dst_name = self._name(old_name), self._name(new_name)
         async with self.ns_lock:
             src_parent, dst_parent = self._dir(old_parent), self._dir(new_parent)
+            self._writable(child_path(src_parent.path, src_name),
+                           child_path(dst_parent.path, dst_name))
             src = await self._existing(src_parent, src_name)
             dst = await self._resolve(dst_parent, dst_name)
             if dst is src:
@@ -780,6 +902,8 @@ class MemFS(pyfuse3.Operations):
                     raise fail(errno.EISDIR)
                 self._check_key(dst_path)
                 await self._rename_file(src, dst_path)
+                if dst is not None:
+                    self.usage.removed(dst.size)
             src_path = src.path
             self.inodes.move(src_path, dst_path)
             self.content.move(src_path, dst_path)
@@ -824,7 +948,7 @@ class MemFS(pyfuse3.Operations):
         failed = 0
         for of in list(self.open_files.values()):
             try:
-                await self._flush(of)
+                await self._flush(of, commit=False)
             except (StoreError, pyfuse3.FUSEError) as exc:
                 failed += 1
                 log.error("could not upload %s before unmount: %s", of.node.path, exc)

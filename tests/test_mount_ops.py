@@ -6,6 +6,8 @@ import ctypes
 import errno
 import os
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -304,3 +306,33 @@ def test_prefix_maps_to_plain_keys(mount_factory, s3) -> None:
     assert keys(s3) == ["agents/alice/a/", "agents/alice/a/b.md", "outside.md"]
     log = mount_factory.unmount(m)
     assert "Traceback" not in log
+
+
+def test_atomic_descriptor_publishes_only_at_fsync(mnt: Path, s3) -> None:
+    (mnt / "m.md").write_text("old version\n")
+    # A writer that dies (or fails) mid-rewrite: the truncation and partial bytes are dropped.
+    script = (f"import os; fd = os.open({str(mnt / 'm.md')!r}, os.O_WRONLY | os.O_TRUNC); "
+              "os.setxattr(fd, 'user.memfs.atomic', b'1'); os.write(fd, b'half'); os._exit(9)")
+    assert subprocess.run([sys.executable, "-c", script]).returncode == 9
+    assert body(s3, "m.md") == b"old version\n"
+    assert (mnt / "m.md").read_text() == "old version\n"
+    # A new file that is never committed never appears.
+    fd = os.open(mnt / "new.md", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    os.setxattr(fd, "user.memfs.atomic", b"1")
+    os.write(fd, b"draft")
+    os.close(fd)
+    assert keys(s3) == ["m.md"]
+    # The kernel is told to forget the name when the file is released (just after close).
+    deadline = time.monotonic() + 5
+    while (mnt / "new.md").exists():
+        assert time.monotonic() < deadline, "an uncommitted new file is still visible"
+        time.sleep(0.05)
+    assert "new.md" not in os.listdir(mnt)
+    # fsync commits: one PUT of the whole new content.
+    fd = os.open(mnt / "m.md", os.O_WRONLY | os.O_TRUNC)
+    os.setxattr(fd, "user.memfs.atomic", b"1")
+    os.write(fd, b"new version\n")
+    os.fsync(fd)
+    assert body(s3, "m.md") == b"new version\n"
+    os.close(fd)
+    assert body(s3, "m.md") == b"new version\n"
