@@ -347,3 +347,28 @@ def test_close_stops_idle_keepalive_connections(s3_reset: str, s3) -> None:
     assert not [t for t in threading.enumerate() if t.name.startswith(f"s3proxy-{p.port}")]
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", p.port), timeout=2).close()
+
+
+def test_command_line_proxy_counts_and_stops_by_itself(s3_reset: str, s3) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memfs.testing.s3proxy", "--upstream", s3_reset,
+         "--delay-ms", "1", "--duration", "20"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        url = first.split()[1]
+        assert url.startswith("http://127.0.0.1:")
+        client(url).put_object(Bucket=BUCKET, Key="cli", Body=b"x")
+        proc.terminate()  # SIGTERM: clean stop with a summary line
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "1 requests: PUT=1" in rest
