@@ -137,6 +137,8 @@ def _write_in_place(
     try:
         os.setxattr(fd, "user.memfs.atomic", b"1")
         _write_all(fd, data)
+        if agent_id:
+            _tag_agent(fd, agent_id)  # before the upload, which records it
         os.fsync(fd)  # the one PUT; without it close() would publish nothing
     except BaseException:
         with suppress(OSError):

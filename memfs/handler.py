@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
-from memfs import memory_view
+from memfs import memory_view, secrets_guard
 from memfs.atomic_write import rename_noreplace, write_file
 from memfs.handler_errors import CommandError, os_error, write_error
 from memfs.paths import (
@@ -51,6 +51,8 @@ __all__ = [
 
 #: Largest file (UTF-8 bytes) that create/str_replace/insert will write.
 DEFAULT_MAX_FILE_BYTES = 1024 * 1024
+#: Longest agent id a memfs mount records (the `user.memfs.agent` xattr).
+MAX_AGENT_ID = 200
 #: Largest file view/str_replace/insert will read (anything bigger is refused, not loaded).
 MAX_READ_BYTES = 64 * 1024 * 1024
 
@@ -170,14 +172,30 @@ class MemoryHandler:
     `run(command)` returns the text for Claude or raises `CommandError`; `execute(command)` is the
     same but returns content blocks (a list) for image views. One handler may serve many commands
     and stays usable after any error. `max_file_bytes` caps the UTF-8 size of any file a command
-    writes.
+    writes. `secrets_guard` makes create/str_replace/insert refuse new content that looks like a
+    credential (`memfs.secrets_guard`). `agent_id` (printable ASCII, at most 200 characters) is
+    recorded by a memfs mount as the `memfs-agent` of every file this handler writes; it is
+    ignored on other filesystems.
     """
 
     def __init__(
-        self, root: str | os.PathLike[str], *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+        self,
+        root: str | os.PathLike[str],
+        *,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        secrets_guard: bool = False,
+        agent_id: str | None = None,
     ) -> None:
+        if agent_id is not None and not (
+            0 < len(agent_id) <= MAX_AGENT_ID and agent_id.isascii() and agent_id.isprintable()
+        ):
+            raise ValueError(
+                f"agent_id must be 1-{MAX_AGENT_ID} printable ASCII characters, got {agent_id!r}"
+            )
         self.root = MemoryRoot(root)
         self.max_file_bytes = max_file_bytes
+        self.secrets_guard = secrets_guard
+        self.agent_id = agent_id or None
         self._dispatch: dict[str, Callable[[dict[str, Any]], Content]] = {
             "view": self._view,
             "create": self._create,
@@ -295,9 +313,21 @@ class MemoryHandler:
             )
         return data
 
+    def _guard(self, mp: MemoryPath, content: str, changed: tuple[int, int] | None = None) -> None:
+        """With the secrets guard on, refuse `content` if the part in `changed` has a credential.
+
+        Only findings overlapping the changed range count, so editing a file that already holds
+        something credential-like (written before the guard was on) stays possible.
+        """
+        if not self.secrets_guard:
+            return
+        findings = secrets_guard.scan(content, changed)
+        if findings:
+            raise CommandError(secrets_guard.refusal(mp.display, findings))
+
     def _write(self, dir_fd: int, mp: MemoryPath, data: bytes, *, exclusive: bool = False) -> None:
         try:
-            write_file(dir_fd, mp.name, data, exclusive=exclusive)
+            write_file(dir_fd, mp.name, data, exclusive=exclusive, agent_id=self.agent_id)
         except FileExistsError:
             raise
         except OSError as err:
@@ -381,6 +411,7 @@ class MemoryHandler:
         if mp.is_root:
             raise CommandError(f"The path {mp.display} is a directory; create needs a file path.")
         data = self._encode_for_write(mp, f["file_text"])
+        self._guard(mp, f["file_text"])
         try:
             with self.root.walk(mp, create_parents=True) as parent:
                 st = self._lstat(parent, mp.name)
@@ -436,6 +467,7 @@ class MemoryHandler:
                 )
             pos = found[0]
             new_content = content[:pos] + new + content[pos + len(old) :]  # literal, no escapes
+            self._guard(mp, new_content, (pos, pos + len(new)))
             self._write(parent, mp, self._encode_for_write(mp, new_content))
         changed = content.count("\n", 0, pos)
         new_lines = new_content.split("\n")
@@ -461,6 +493,8 @@ class MemoryHandler:
             # Every line ends with a newline afterwards; unlike the SDK (which adds one only if
             # the joined text lacks it), a blank last line or an inserted empty line survives.
             new_content = "\n".join(lines) + "\n"
+            start = sum(len(line) + 1 for line in lines[:at])
+            self._guard(mp, new_content, (start, start + len(lines[at])))
             self._write(parent, mp, self._encode_for_write(mp, new_content))
         return f"The file {mp.display} has been edited."
 
@@ -569,6 +603,8 @@ def serve_jsonl(
     *,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     errfile: IO[str] | None = None,
+    secrets_guard: bool = False,
+    agent_id: str | None = None,
 ) -> int:
     """Serve the JSON-lines protocol until `infile` ends; return the process exit status.
 
@@ -578,11 +614,13 @@ def serve_jsonl(
     `tool_result` block. Every such line gets exactly one output line (ASCII JSON, flushed), in
     order; a line that is not valid JSON gets `{"content": "Invalid JSON ...", "is_error": true}`.
     Returns 0 at end of input, 2 (after one line on `errfile`) if `root` is not a directory.
+    `secrets_guard` and `agent_id` are passed to `MemoryHandler`.
     """
     err_out = errfile if errfile is not None else sys.stderr
     try:
-        handler = MemoryHandler(root, max_file_bytes=max_file_bytes)
-    except OSError as err:
+        handler = MemoryHandler(root, max_file_bytes=max_file_bytes,
+                                secrets_guard=secrets_guard, agent_id=agent_id)
+    except (OSError, ValueError) as err:
         print(f"memfs handle: {err}", file=err_out)
         return 2
     if isinstance(infile, io.TextIOWrapper):

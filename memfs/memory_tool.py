@@ -34,6 +34,9 @@ class MemoryTool(BetaAbstractMemoryTool):
         model=..., max_tokens=..., tools=[MemoryTool("/memories")], messages=[...]
     )
     ```
+
+    `secrets_guard` and `agent_id` are `MemoryHandler`'s (refuse credential-looking content;
+    record who wrote each file on a memfs mount).
     """
 
     def __init__(
@@ -42,9 +45,12 @@ class MemoryTool(BetaAbstractMemoryTool):
         *,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         cache_control: BetaCacheControlEphemeralParam | None = None,
+        secrets_guard: bool = False,
+        agent_id: str | None = None,
     ) -> None:
         super().__init__(cache_control=cache_control)
-        self.handler = MemoryHandler(root, max_file_bytes=max_file_bytes)
+        self.handler = MemoryHandler(root, max_file_bytes=max_file_bytes,
+                                     secrets_guard=secrets_guard, agent_id=agent_id)
 
     def _run(self, command: Any) -> BetaFunctionToolResultType:
         if not isinstance(command, Mapping):
