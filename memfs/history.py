@@ -1,0 +1,530 @@
+"""History of memories from S3 versioning: ``memfs history``, ``memfs restore``, ``memfs log``.
+
+Owns reading a bucket's object versions and putting an old one back:
+
+* ``history PATH``: every version of one file, newest first (time, size, writer, agent, version
+  id), deletions shown as such. Writer and agent come from the user metadata the mount writes
+  with every upload (``memfs-writer`` = ``host/instance``, ``memfs-agent``): one HEAD per version
+  shown, bounded by ``--limit``.
+* ``restore PATH [--version ID]``: a server-side COPY of that version onto the same key, so the
+  restore is itself a new version (nothing is lost, a restore can be undone the same way).
+  Default: the newest version older than the current one that is not a deletion (after a delete,
+  the last version before it).
+* ``log [--since 24h|ISO] [PATH]``: changes under the mount's prefix (or PATH) since a time, newest
+  first, from ListObjectVersions; one HEAD per change shown (bounded by ``--limit``) for
+  writer/agent. Deletions carry no metadata in S3, so their writer is unknown.
+
+Without versioning on the bucket the commands say how to enable it and exit 1. Each ``main_*``
+takes the argv tail after the command word and returns the exit code (0 ok, 1 failed with one
+``memfs: ...`` line on stderr, 2 usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import IO, Any
+
+import botocore.exceptions
+
+from memfs.locate import S3_ERRORS, LocateError, Target, add_target_arguments, describe_s3_error
+from memfs.locate import resolve as resolve_target
+
+PROG = "memfs"
+WRITER_META = "memfs-writer"
+AGENT_META = "memfs-agent"
+RESTORED_FROM_META = "memfs-restored-from"
+HEAD_WORKERS = 8
+DEFAULT_HISTORY_LIMIT = 50
+DEFAULT_LOG_LIMIT = 200
+
+
+class HistoryError(Exception):
+    """The command cannot be done; ``str()`` is the line for the user, ``code`` the exit code."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Version:
+    """One entry of a key's history: a stored version, or a deletion (an S3 delete marker)."""
+
+    key: str
+    version_id: str
+    time: datetime
+    deleted: bool
+    latest: bool
+    size: int | None = None
+    writer: str | None = None
+    agent: str | None = None
+    restored_from: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["time"] = fmt_time(self.time)
+        return d
+
+
+# -- reading versions ----------------------------------------------------------------------------
+
+
+def versioning_status(client: Any, bucket: str) -> str | None:
+    """``Enabled``, ``Suspended``, or None (never enabled). Unknown (no permission) → Enabled."""
+    try:
+        return client.get_bucket_versioning(Bucket=bucket).get("Status")
+    except botocore.exceptions.ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("AccessDenied", "403"):
+            return "Enabled"  # can't tell: let the listing speak
+        raise
+
+
+def require_versioning(client: Any, target: Target, err: IO[str] | None = None) -> None:
+    status = versioning_status(client, target.bucket)
+    if status == "Suspended":
+        print(f"{PROG}: warning: versioning is suspended on bucket {target.bucket}: writes since "
+              "then replaced the previous version instead of keeping it", file=err or sys.stderr)
+        return
+    if status != "Enabled":
+        endpoint = f" --endpoint-url {target.endpoint_url}" if target.endpoint_url else ""
+        raise HistoryError(
+            f"versioning is not enabled on bucket {target.bucket}: enable it with "
+            f"aws s3api put-bucket-versioning --bucket {target.bucket} "
+            f"--versioning-configuration Status=Enabled{endpoint} "
+            "(versions are kept from then on)")
+
+
+def _list_versions(client: Any, bucket: str, prefix: str) -> Iterable[Version]:
+    paginator = client.get_paginator("list_object_versions")
+    for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+        for v in page.get("Versions", ()):
+            yield Version(key=v["Key"], version_id=str(v.get("VersionId") or "null"),
+                          time=v["LastModified"], deleted=False, latest=bool(v.get("IsLatest")),
+                          size=int(v.get("Size", 0)))
+        for m in page.get("DeleteMarkers", ()):
+            yield Version(key=m["Key"], version_id=str(m.get("VersionId") or "null"),
+                          time=m["LastModified"], deleted=True, latest=bool(m.get("IsLatest")))
+
+
+def order(entries: Sequence[Version]) -> list[Version]:
+    """One key's versions and deletions, newest first.
+
+    S3 lists a key's versions newest first, and its delete markers newest first, but in two
+    separate lists with 1-second timestamps; they are merged by time. Within one second the
+    current entry (IsLatest) goes first and the rest alternate between writes and deletions where
+    they can (a write is what a deletion removes): an approximation only for changes made within
+    the same second.
+    """
+    versions = [e for e in entries if not e.deleted]
+    markers = [e for e in entries if e.deleted]
+    out: list[Version] = []
+    vi = mi = 0
+    while vi < len(versions) or mi < len(markers):
+        if vi == len(versions):
+            out.append(markers[mi])
+            mi += 1
+            continue
+        if mi == len(markers):
+            out.append(versions[vi])
+            vi += 1
+            continue
+        v, m = versions[vi], markers[mi]
+        if v.time != m.time:
+            take_marker = m.time > v.time
+        elif v.latest or m.latest:
+            take_marker = m.latest
+        else:
+            take_marker = bool(out) and not out[-1].deleted
+        if take_marker:
+            out.append(m)
+            mi += 1
+        else:
+            out.append(v)
+            vi += 1
+    return out
+
+
+def key_history(client: Any, bucket: str, key: str) -> list[Version]:
+    """Every version and deletion of exactly `key`, newest first (no metadata yet)."""
+    return order([v for v in _list_versions(client, bucket, key) if v.key == key])
+
+
+def _head_meta(client: Any, bucket: str, v: Version) -> Version:
+    if v.deleted:
+        return v
+    try:
+        resp = client.head_object(Bucket=bucket, Key=v.key, VersionId=v.version_id)
+    except botocore.exceptions.ClientError:
+        return v  # gone meanwhile (or no permission): shown without writer
+    meta = {k.lower(): val for k, val in (resp.get("Metadata") or {}).items()}
+    return replace(v, writer=meta.get(WRITER_META), agent=meta.get(AGENT_META),
+                   restored_from=meta.get(RESTORED_FROM_META))
+
+
+def with_metadata(client: Any, bucket: str, versions: Sequence[Version]) -> list[Version]:
+    """`versions` with writer/agent filled in: one HEAD per stored version, run concurrently."""
+    if not versions:
+        return []
+    with ThreadPoolExecutor(max_workers=min(HEAD_WORKERS, len(versions))) as pool:
+        return list(pool.map(lambda v: _head_meta(client, bucket, v), versions))
+
+
+# -- formatting -----------------------------------------------------------------------------------
+
+
+def fmt_time(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fmt_size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "K", "M", "G"):
+        if size < 1024 or unit == "G":
+            return f"{int(size)}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return f"{n}B"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Iterable[int] = ()
+          ) -> str:
+    right = set(right)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c.rjust(w) if i in right else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), *(line(r) for r in rows)])
+
+
+# -- history --------------------------------------------------------------------------------------
+
+
+def _file_target(path: str, args: argparse.Namespace) -> Target:
+    target = resolve_target(path, args)
+    if not target.rel:
+        raise HistoryError(f"{path} is the root of the memory tree; give a file path", code=2)
+    return target
+
+
+def _not_a_file(client: Any, target: Target) -> HistoryError:
+    resp = client.list_object_versions(Bucket=target.bucket, Prefix=target.key + "/", MaxKeys=1)
+    if resp.get("Versions") or resp.get("DeleteMarkers"):
+        return HistoryError(f"{target.display(target.rel)} is a directory: history, restore "
+                            "and log PATH work on files (try memfs log PATH)")
+    return HistoryError(f"{target.display(target.rel)} has no history in {target.url} "
+                        "(never written since versioning was enabled?)")
+
+
+def history(client: Any, target: Target, *, limit: int = DEFAULT_HISTORY_LIMIT
+            ) -> tuple[list[Version], int]:
+    """The file's versions newest first with writer/agent (at most `limit`), and how many more."""
+    require_versioning(client, target)
+    entries = key_history(client, target.bucket, target.key)
+    if not entries:
+        raise _not_a_file(client, target)
+    shown = with_metadata(client, target.bucket, entries[:limit])
+    return shown, len(entries) - len(shown)
+
+
+def render_history(target: Target, versions: Sequence[Version], more: int) -> str:
+    rows = []
+    for i, v in enumerate(versions):
+        note = "deleted" if v.deleted else ("current" if i == 0 and v.latest else "")
+        if v.restored_from and not v.deleted:
+            note = (note + ", " if note else "") + f"restored from {v.restored_from}"
+        rows.append([fmt_time(v.time), "(deleted)" if v.deleted else fmt_size(v.size),
+                     "-" if v.deleted else (v.writer or "?"), v.agent or "-", v.version_id, note])
+    out = [f"{target.display(target.rel)}  ({target.url})",
+           table(["TIME (UTC)", "SIZE", "WRITER", "AGENT", "VERSION", ""], rows, right=[1])]
+    if more:
+        out.append(f"... {more} older version(s) not shown (--limit)")
+    return "\n".join(out)
+
+
+# -- restore --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Restored:
+    source: Version
+    new_version_id: str | None
+    noop: bool = False
+
+
+def pick_version(entries: Sequence[Version], version_id: str | None, display: str) -> Version:
+    """The version `restore` copies back (see the module docstring for the default)."""
+    if version_id is not None:
+        for v in entries:
+            if v.version_id == version_id:
+                if v.deleted:
+                    raise HistoryError(f"version {version_id} of {display} is a deletion; pick a "
+                                       "version with content (memfs history shows them)")
+                return v
+        raise HistoryError(f"{display} has no version {version_id} (memfs history lists them)")
+    for v in entries[1:]:
+        if not v.deleted:
+            return v
+    raise HistoryError(f"{display} has no earlier version to restore")
+
+
+def restore(client: Any, target: Target, version_id: str | None = None, *,
+            writer: str | None = None, now: Callable[[], float] = time.time) -> Restored:
+    """Copy a version of the target file onto its key (server side); return what was done."""
+    require_versioning(client, target)
+    display = target.display(target.rel)
+    entries = key_history(client, target.bucket, target.key)
+    if not entries:
+        raise _not_a_file(client, target)
+    source = pick_version(entries, version_id, display)
+    if source is entries[0]:
+        return Restored(source, source.version_id, noop=True)  # already current
+    head = client.head_object(Bucket=target.bucket, Key=target.key, VersionId=source.version_id)
+    meta = {k.lower(): v for k, v in (head.get("Metadata") or {}).items()}
+    meta.pop(AGENT_META, None)
+    # A restore is a write now: the file's mtime says so (and gc counts its age from here).
+    meta["mtime"] = str(int(now()))
+    meta[WRITER_META] = writer or f"{socket.gethostname()}/memfs-restore"
+    meta[RESTORED_FROM_META] = source.version_id
+    resp = client.copy_object(
+        Bucket=target.bucket, Key=target.key, MetadataDirective="REPLACE", Metadata=meta,
+        ContentType=head.get("ContentType") or "application/octet-stream",
+        CopySource={"Bucket": target.bucket, "Key": target.key, "VersionId": source.version_id})
+    return Restored(source, resp.get("VersionId"))
+
+
+# -- log ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """One write or deletion in the log."""
+
+    path: str  # below the prefix; directories end in "/"
+    action: str  # created, edited, restored, deleted, mkdir, rmdir
+    version: Version
+
+    def as_json(self) -> dict[str, Any]:
+        return {"path": self.path, "action": self.action, **self.version.as_json()}
+
+
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str) -> timedelta | None:
+    m = _AGE.match(text)
+    if m is None:
+        return None
+    return timedelta(seconds=float(m.group(1)) * _UNIT[m.group(2).lower()])
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """``90m``, ``24h``, ``7d``, ``2w`` before `now`, or an ISO time (without offset: UTC)."""
+    age = parse_duration(text)
+    if age is not None:
+        return now - age
+    try:
+        t = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise HistoryError(f"--since {text!r}: give an age like 30m, 24h, 7d, or an ISO time "
+                           "like 2025-01-31 or 2025-01-31T09:00Z", code=2) from None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
+
+
+def classify(entries: Sequence[Version], rel_of: Callable[[str], str]) -> list[Change]:
+    """Changes of one key's history (newest first): what each entry did to the key."""
+    out = []
+    for i, v in enumerate(entries):
+        rel = rel_of(v.key)
+        is_dir = v.key.endswith("/")
+        older = entries[i + 1] if i + 1 < len(entries) else None
+        if v.deleted:
+            action = "rmdir" if is_dir else "deleted"
+        elif is_dir:
+            action = "mkdir"
+        elif older is None or older.deleted:
+            action = "created"
+        else:
+            action = "edited"
+        out.append(Change(rel, action, v))
+    return out
+
+
+def changes(client: Any, target: Target, since: datetime, *, limit: int = DEFAULT_LOG_LIMIT
+            ) -> tuple[list[Change], int]:
+    """Changes under the target since `since`, newest first (at most `limit`), and how many more.
+
+    One ListObjectVersions pass over the target (all history must be listed: S3 cannot filter
+    by time), then one HEAD per write shown, for its writer and agent.
+    """
+    require_versioning(client, target)
+    base = target.key
+    by_key: dict[str, list[Version]] = {}
+    for v in _list_versions(client, target.bucket, base):  # a file, or a directory's keys
+        if target.rel and not (v.key == base or v.key.startswith(base + "/")):
+            continue  # "notes" must not match "notes2.md"
+        by_key.setdefault(v.key, []).append(v)
+    found: list[Change] = []
+    for entries in by_key.values():
+        for c in classify(order(entries), lambda k: k[len(target.prefix):]):
+            if c.version.time >= since:
+                found.append(c)
+    found.sort(key=lambda c: c.version.time, reverse=True)  # stable: keeps per-key order
+    shown, more = found[:limit], max(0, len(found) - limit)
+    with_meta = with_metadata(client, target.bucket, [c.version for c in shown])
+    out = []
+    for c, v in zip(shown, with_meta, strict=True):
+        action = "restored" if v.restored_from and c.action in ("created", "edited") else c.action
+        out.append(Change(c.path, action, v))
+    return out, more
+
+
+def render_log(target: Target, since: datetime, found: Sequence[Change], more: int) -> str:
+    head = f"changes in {target.url} since {fmt_time(since)}"
+    if not found:
+        return head + ": none"
+    rows = [[fmt_time(c.version.time), c.action, fmt_size(c.version.size),
+             target.display(c.path), "-" if c.version.deleted else (c.version.writer or "?"),
+             c.version.agent or "-", c.version.version_id] for c in found]
+    out = [head, table(["TIME (UTC)", "ACTION", "SIZE", "PATH", "WRITER", "AGENT", "VERSION"],
+                       rows, right=[2])]
+    if more:
+        out.append(f"... {more} older change(s) not shown (--limit, or a later --since)")
+    return "\n".join(out)
+
+
+# -- command lines --------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one usage line, exit code 2 returned, not raised
+        raise HistoryError(f"{self.prog}: {message}", code=2)
+
+
+def _run(body: Callable[[], int]) -> int:
+    try:
+        return body()
+    except (HistoryError, LocateError) as exc:
+        msg = str(exc)
+        print(msg if msg.startswith(PROG) else f"{PROG}: {msg}", file=sys.stderr)
+        return exc.code
+    except S3_ERRORS as exc:
+        print(f"{PROG}: {describe_s3_error(exc, '?')}", file=sys.stderr)
+        return 1
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+
+
+def _history_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=f"{PROG} history", description="List a memory file's versions, newest "
+                "first (needs S3 versioning on the bucket).")
+    p.add_argument("path", help="file inside a memfs mount (or below --prefix)")
+    p.add_argument("--limit", type=int, default=DEFAULT_HISTORY_LIMIT,
+                   help=f"show at most N versions (default {DEFAULT_HISTORY_LIMIT})")
+    p.add_argument("--json", action="store_true", help="print a JSON array")
+    add_target_arguments(p)
+    return p
+
+
+def main_history(argv: Sequence[str]) -> int:
+    """``memfs history PATH [--limit N] [--json] [--bucket ...]``."""
+    def body() -> int:
+        args = _history_parser().parse_args(list(argv))
+        target = _file_target(args.path, args)
+        client = target.client()
+        try:
+            versions, more = history(client, target, limit=max(1, args.limit))
+        except S3_ERRORS as exc:
+            raise HistoryError(describe_s3_error(exc, target.bucket)) from None
+        if args.json:
+            print(json.dumps([v.as_json() for v in versions], indent=1))
+        else:
+            print(render_history(target, versions, more))
+        return 0
+
+    return _run(body)
+
+
+def _restore_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=f"{PROG} restore", description="Make an earlier version of a memory file "
+                "its current version again (a server-side copy: itself a new version).")
+    p.add_argument("path", help="file inside a memfs mount (or below --prefix)")
+    p.add_argument("--version", metavar="ID", help="version id from memfs history (default: the "
+                   "newest earlier version that is not a deletion)")
+    add_target_arguments(p)
+    return p
+
+
+def main_restore(argv: Sequence[str]) -> int:
+    """``memfs restore PATH [--version ID] [--bucket ...]``."""
+    def body() -> int:
+        args = _restore_parser().parse_args(list(argv))
+        target = _file_target(args.path, args)
+        client = target.client()
+        try:
+            done = restore(client, target, args.version)
+        except S3_ERRORS as exc:
+            raise HistoryError(describe_s3_error(exc, target.bucket)) from None
+        display = target.display(target.rel)
+        if done.noop:
+            print(f"{display}: version {done.source.version_id} is already the current version; "
+                  "nothing to do")
+        else:
+            print(f"restored {display} to version {done.source.version_id} (written "
+                  f"{fmt_time(done.source.time)}); new current version {done.new_version_id}")
+            if target.mountpoint is not None:
+                print("(mounts show it within their --metadata-ttl)")
+        return 0
+
+    return _run(body)
+
+
+def _log_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=f"{PROG} log", description="Recent writes and deletions under a memfs "
+                "mount's prefix, newest first, with writer and agent (needs S3 versioning).")
+    p.add_argument("path", nargs="?", help="a memfs mount, or a directory or file inside one "
+                   "(default with --bucket: the whole prefix)")
+    p.add_argument("--since", default="24h", help="an age (30m, 24h, 7d, 2w) or an ISO time, "
+                   "UTC unless it has an offset (default 24h)")
+    p.add_argument("--limit", type=int, default=DEFAULT_LOG_LIMIT,
+                   help=f"show at most N changes, newest first (default {DEFAULT_LOG_LIMIT}); "
+                   "each costs one HEAD for its writer")
+    p.add_argument("--json", action="store_true", help="print a JSON array")
+    p.add_argument("--now", help=argparse.SUPPRESS)  # tests: the clock --since counts back from
+    add_target_arguments(p)
+    return p
+
+
+def main_log(argv: Sequence[str]) -> int:
+    """``memfs log [PATH] [--since 24h|ISO] [--limit N] [--json] [--bucket ...]``."""
+    def body() -> int:
+        args = _log_parser().parse_args(list(argv))
+        target = resolve_target(args.path, args)
+        now = parse_since(args.now, datetime.now(UTC)) if args.now else datetime.now(UTC)
+        since = parse_since(args.since, now)
+        client = target.client()
+        try:
+            found, more = changes(client, target, since, limit=max(1, args.limit))
+        except S3_ERRORS as exc:
+            raise HistoryError(describe_s3_error(exc, target.bucket)) from None
+        if args.json:
+            print(json.dumps([c.as_json() for c in found], indent=1))
+        else:
+            print(render_log(target, since, found, more))
+        return 0
+
+    return _run(body)

@@ -1,0 +1,240 @@
+"""Where a memfs mount's objects live, for the operator commands (history, restore, log, gc).
+
+Owns turning what an operator types into (bucket, prefix, endpoint, region, key path):
+
+* a path inside a live memfs mount: the mount is the innermost entry of /proc/self/mountinfo
+  containing the path, with fstype ``fuse.memfs``; its root's xattr ``user.memfs.source`` holds
+  ``{"bucket", "prefix", "endpoint_url", "region", "instance"}`` (JSON). A daemon without that
+  xattr still names ``s3://BUCKET/PREFIX`` as the mount's source in mountinfo; then the endpoint
+  and region come from the flags or ``MEMFS_*``/boto3's chain.
+* otherwise ``--bucket/--prefix/--endpoint-url/--region`` (each also ``MEMFS_BUCKET`` etc.), and
+  the path is relative to the prefix (a leading ``/`` is ignored).
+
+It also words S3 failures as the one line the commands print. Credentials are boto3's chain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import botocore.exceptions
+
+from memfs.config import ConfigError, normalize_prefix
+
+MEMFS_FSTYPE = "fuse.memfs"
+SOURCE_XATTR = "user.memfs.source"
+SETTINGS = ("bucket", "prefix", "endpoint_url", "region")
+
+
+class LocateError(Exception):
+    """The target cannot be found; ``str()`` is the line for the user, ``code`` the exit code."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Target:
+    """A bucket prefix, and optionally the mount showing it and a path below the prefix."""
+
+    bucket: str
+    prefix: str = ""
+    endpoint_url: str | None = None
+    region: str | None = None
+    mountpoint: Path | None = None
+    rel: str = ""  # path below the prefix, no leading or trailing slash; "" = the prefix itself
+
+    @property
+    def key(self) -> str:
+        return self.prefix + self.rel
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    def display(self, rel: str) -> str:
+        """How a key path below the prefix is shown: under the mountpoint when there is one."""
+        if self.mountpoint is not None:
+            return str(self.mountpoint / rel) if rel else str(self.mountpoint)
+        return rel or "/"
+
+    def client(self) -> Any:
+        from memfs.store import make_client
+
+        return make_client(self.endpoint_url, self.region)
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group(
+        "bucket (when PATH is not inside a memfs mount)",
+        "A path inside a mounted memfs directory names its bucket and prefix by itself.")
+    g.add_argument("--bucket", help="S3 bucket [MEMFS_BUCKET]")
+    g.add_argument("--prefix", help="key prefix of the memory tree [MEMFS_PREFIX]")
+    g.add_argument("--endpoint-url", help="S3 endpoint [MEMFS_ENDPOINT_URL; boto3 also reads "
+                   "AWS_ENDPOINT_URL_S3]")
+    g.add_argument("--region", help="S3 region [MEMFS_REGION]")
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo octal.
+    out, i = [], 0
+    while i < len(field):
+        code = field[i + 1 : i + 4]
+        if field[i] == "\\" and len(code) == 3 and code.isdigit():
+            out.append(chr(int(code, 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class MountEntry:
+    mountpoint: Path
+    fstype: str
+    source: str
+
+
+def mount_entries(mountinfo: str = "/proc/self/mountinfo") -> list[MountEntry]:
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 7 or "-" not in fields[6:]:
+            continue
+        sep = fields.index("-", 6)
+        if sep + 2 >= len(fields):
+            continue
+        out.append(MountEntry(Path(_unescape(fields[4])), _unescape(fields[sep + 1]),
+                              _unescape(fields[sep + 2])))
+    return out
+
+
+def memfs_mount_of(path: str | os.PathLike[str], mountinfo: str = "/proc/self/mountinfo"
+                   ) -> tuple[MountEntry, str] | None:
+    """The memfs mount holding `path` and the path relative to its root, or None.
+
+    The path need not exist (history of a deleted file): symlinks are resolved as far as the
+    path exists. The innermost mount containing it decides; if that is not memfs, None.
+    """
+    real = Path(os.path.realpath(os.path.abspath(path)))
+    best: MountEntry | None = None
+    for entry in mount_entries(mountinfo):
+        mp = entry.mountpoint
+        if (real == mp or mp in real.parents) and (
+                best is None or len(mp.parts) >= len(best.mountpoint.parts)):
+            best = entry  # later lines are mounted on top of earlier ones
+    if best is None or best.fstype != MEMFS_FSTYPE:
+        return None
+    rel = real.relative_to(best.mountpoint).as_posix()
+    return best, "" if rel == "." else rel
+
+
+def _source_from_mount(entry: MountEntry) -> dict[str, Any]:
+    try:
+        raw = os.getxattr(entry.mountpoint, SOURCE_XATTR)
+        data = json.loads(raw)
+        if isinstance(data, dict) and data.get("bucket"):
+            return data
+    except (OSError, ValueError):
+        pass
+    # An older daemon: mountinfo's source is s3://BUCKET/PREFIX (commas replaced by '_').
+    if entry.source.startswith("s3://"):
+        bucket, _, prefix = entry.source[5:].partition("/")
+        if bucket:
+            return {"bucket": bucket, "prefix": prefix}
+    raise LocateError(f"cannot tell which bucket the memfs mount {entry.mountpoint} shows "
+                      f"(no {SOURCE_XATTR} attribute); give --bucket and --prefix")
+
+
+def _clean_rel(path: str) -> str:
+    parts = [p for p in path.replace("\\", "/").split("/") if p and p != "."]
+    if ".." in parts:
+        raise LocateError(f"{path!r}: '..' is not allowed in a path below the prefix", code=2)
+    return "/".join(parts)
+
+
+def resolve(
+    path: str | None,
+    args: argparse.Namespace | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Target:
+    """The target for `path` (None: the prefix itself) given the command's bucket flags.
+
+    A path inside a memfs mount wins over ``MEMFS_*`` variables; giving ``--bucket`` or
+    ``--prefix`` that disagree with that mount is a usage error (exit 2).
+    """
+    env = os.environ if env is None else env
+    flags = {k: getattr(args, k, None) for k in SETTINGS} if args is not None else {}
+    found = memfs_mount_of(path) if path is not None else None
+    if found is not None:
+        entry, rel = found
+        src = _source_from_mount(entry)
+        bucket, prefix = str(src["bucket"]), str(src.get("prefix") or "")
+        if flags.get("bucket") not in (None, bucket) or (
+                flags.get("prefix") is not None and _norm(flags["prefix"]) != prefix):
+            raise LocateError(f"{path} is on the memfs mount {entry.mountpoint} of "
+                              f"s3://{bucket}/{prefix}; drop --bucket/--prefix, or give a path "
+                              "relative to the prefix", code=2)
+        return Target(
+            bucket=bucket, prefix=prefix,
+            endpoint_url=flags.get("endpoint_url") or src.get("endpoint_url")
+            or env.get("MEMFS_ENDPOINT_URL") or None,
+            region=flags.get("region") or src.get("region") or env.get("MEMFS_REGION") or None,
+            mountpoint=entry.mountpoint, rel=rel)
+
+    def pick(name: str) -> str | None:
+        value = flags.get(name)
+        return value if value is not None else env.get("MEMFS_" + name.upper()) or None
+
+    bucket = pick("bucket")
+    if not bucket:
+        where = f"{path} is not inside a memfs mount" if path is not None else "no mount given"
+        raise LocateError(f"{where}: give a path inside a mounted memfs directory, or --bucket "
+                          "(and --prefix) / MEMFS_BUCKET", code=2)
+    return Target(bucket=bucket, prefix=_norm(pick("prefix") or ""),
+                  endpoint_url=pick("endpoint_url"), region=pick("region"),
+                  rel=_clean_rel(path) if path is not None else "")
+
+
+def _norm(prefix: str) -> str:
+    try:
+        return normalize_prefix(prefix)
+    except ConfigError as exc:
+        raise LocateError(str(exc), code=2) from None
+
+
+def describe_s3_error(exc: Exception, bucket: str) -> str:
+    """One line for an S3 failure (never credentials, never a traceback)."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        if code in ("NoSuchBucket",):
+            return f"bucket {bucket} does not exist"
+        if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+                    "ExpiredToken"):
+            return f"S3 refused access to bucket {bucket} ({code}): check the credentials"
+        op = exc.operation_name if hasattr(exc, "operation_name") else "request"
+        return f"S3 {op} failed: {code} {err.get('Message', '')}".rstrip()
+    if isinstance(exc, botocore.exceptions.NoCredentialsError):
+        return "no AWS credentials found (set AWS_PROFILE or AWS_ACCESS_KEY_ID/" \
+               "AWS_SECRET_ACCESS_KEY)"
+    if isinstance(exc, botocore.exceptions.EndpointConnectionError):
+        return f"cannot reach the S3 endpoint: {exc}"
+    return f"S3 request failed: {exc}"
+
+
+S3_ERRORS: tuple[type[Exception], ...] = (botocore.exceptions.BotoCoreError,
+                                          botocore.exceptions.ClientError)
