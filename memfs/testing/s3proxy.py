@@ -420,11 +420,10 @@ def _nodelay(sock: socket.socket) -> None:
 
 
 def _reset(sock: socket.socket) -> None:
-    """Close with RST (SO_LINGER 0), so the client sees ECONNRESET, not a clean EOF."""
+    """Arrange for the close to send RST (SO_LINGER 0), so the client sees ECONNRESET, not a
+    clean EOF. The caller returns "don't keep", and _serve's cleanup closes the socket."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    with contextlib.suppress(OSError):
-        sock.close()
 
 
 def _require_loopback(host: str) -> None:
@@ -582,6 +581,7 @@ class S3Proxy:
 
     def _serve(self, client: socket.socket, conn_id: int) -> None:
         up: _Upstream | None = None
+        reader: BinaryIO | None = None
         try:
             _nodelay(client)
             client.settimeout(self._idle_timeout_s)
@@ -595,6 +595,11 @@ class S3Proxy:
         finally:
             if up is not None:
                 up.close()
+            # The fd is released only once the makefile() reader is closed too; until then a
+            # RST (SO_LINGER 0, see _reset) or FIN would wait for the garbage collector.
+            if reader is not None:
+                with contextlib.suppress(OSError):
+                    reader.close()
             with contextlib.suppress(OSError):
                 client.close()
             with self._lock:
@@ -679,7 +684,8 @@ class S3Proxy:
         # status instead, the body will not come (or comes after the client's own timeout), so
         # the connection cannot be trusted for another request. A server that says nothing
         # within 1 s gets the body when the client gives up waiting.
-        if expects and framing != ("none", 0) and up.wait_readable(1.0):
+        has_body = framing[0] == "chunked" or framing[1] > 0
+        if expects and has_body and up.wait_readable(1.0):
             resp = _read_head(up.reader)
             if resp is None:
                 raise _Closed("upstream closed before answering")
