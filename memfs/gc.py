@@ -1,0 +1,451 @@
+"""Expiry of memories by subtree: ``memfs gc`` deletes files not modified for a policy's age.
+
+Owns the policies (``--policy session/=2h``, repeatable, or ``MEMFS_EXPIRE="session/=2h,
+scratch/=7d"``; no policy: keep everything), deciding what expired, deleting it, and the report.
+
+* **Age** is the time since the file's last modification: the newer of S3's ``LastModified`` and
+  the ``x-amz-meta-mtime`` the mount keeps (what ``ls -l`` shows). The LIST gives
+  ``LastModified``; only files that look expired by it are HEADed to read ``mtime`` and to confirm
+  they are still the version that was listed. A file touched in between survives.
+* **Scope**: a policy applies to keys under ``PREFIX + SUBTREE``, never outside them; nested
+  policies (``scratch/=7d`` and ``scratch/keep/=90d``) are allowed and the longest subtree wins.
+  The policy's own directory marker (``scratch/``) is never removed.
+* **Directories**: a directory marker (``scratch/a/``, made by ``mkdir``) inside a policy's
+  subtree is removed when it is itself older than the policy's age and everything under it is
+  removed by the same run, so expiry does not leave a skeleton of empty directories; a newly
+  made empty directory is kept until it is as old as a file would be.
+* **Deletion** is DeleteObjects, 1,000 keys per request. On a versioned bucket that adds delete
+  markers: the expired versions stay (``memfs restore`` brings them back) until a lifecycle rule
+  expires noncurrent versions; the report says so.
+* Expiry by last access is not implemented (the mount does not record access times).
+
+``main(argv)`` takes the argv tail after ``gc`` and returns the exit code (0 ok, 1 failed with
+one ``memfs: ...`` line, 2 usage). Progress goes to stderr: a redrawn bar on a terminal, plain
+lines otherwise. The clock is injectable (``run_gc(now=...)``, hidden ``--now ISO``) for tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import IO, Any
+
+import botocore.exceptions
+
+from memfs.history import fmt_size, fmt_time, parse_duration, table, versioning_status
+from memfs.locate import S3_ERRORS, LocateError, Target, add_target_arguments, describe_s3_error
+from memfs.locate import resolve as resolve_target
+
+PROG = "memfs"
+DELETE_BATCH = 1000
+HEAD_WORKERS = 8
+
+
+class GcError(Exception):
+    """``str()`` is the line for the user, ``code`` the exit code."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- policies -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Policy:
+    subtree: str  # relative to the prefix, ending in "/"; "" = the whole prefix
+    max_age: timedelta
+    age_text: str
+
+    @property
+    def label(self) -> str:
+        return self.subtree or "/"
+
+
+def parse_policy(spec: str) -> Policy:
+    """``SUBTREE=AGE``: ``session/=2h``, ``scratch=7d``, ``/=30d`` (everything)."""
+    subtree, sep, age_text = spec.strip().rpartition("=")
+    if not sep or not subtree.strip():
+        raise GcError(f"policy {spec!r}: expected SUBTREE=AGE, e.g. session/=2h or scratch/=7d",
+                      code=2)
+    age = parse_duration(age_text)
+    if age is None or age <= timedelta(0):
+        raise GcError(f"policy {spec!r}: the age must be a positive number with s, m, h, d or w "
+                      "(e.g. 2h, 7d)", code=2)
+    raw = subtree.strip()
+    parts = [p for p in raw.split("/") if p]
+    if any(p in (".", "..") for p in parts) or "\\" in raw or "\0" in raw:
+        raise GcError(f"policy {spec!r}: the subtree must be a plain path below the prefix",
+                      code=2)
+    if not parts and raw != "/":
+        raise GcError(f"policy {spec!r}: empty subtree (write / for the whole prefix)", code=2)
+    return Policy("".join(p + "/" for p in parts), age, age_text.strip().lower())
+
+
+def parse_policies(specs: Iterable[str]) -> list[Policy]:
+    policies: dict[str, Policy] = {}
+    for spec in specs:
+        for item in re.split(r"[,\s]+", spec):
+            if not item:
+                continue
+            p = parse_policy(item)
+            if p.subtree in policies:
+                raise GcError(f"two policies for {p.label}", code=2)
+            policies[p.subtree] = p
+    return sorted(policies.values(), key=lambda p: p.subtree)
+
+
+def policy_for(rel: str, policies: Sequence[Policy]) -> Policy | None:
+    """The most specific policy whose subtree holds `rel` (a key below the prefix)."""
+    best = None
+    for p in policies:
+        if rel.startswith(p.subtree) and (best is None or len(p.subtree) > len(best.subtree)):
+            best = p
+    return best
+
+
+# -- progress -------------------------------------------------------------------------------------
+
+
+class Progress:
+    """Progress on stderr: a bar redrawn in place on a terminal, a line per step otherwise."""
+
+    def __init__(self, stream: IO[str] | None = None, *, tty: bool | None = None,
+                 quiet: bool = False) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.quiet = quiet
+        self.phase, self.total, self.done, self._drawn = "", 0, 0, 0.0
+        self._every = 1000
+
+    def start(self, phase: str, total: int | None = None) -> None:
+        self.finish()
+        self.phase, self.total, self.done = phase, total or 0, 0
+        if not self.tty:
+            self._line(f"{phase}" + (f": {self.total:,}" if total is not None else ""))
+        else:
+            self._draw(force=True)
+
+    def advance(self, n: int = 1) -> None:
+        before, self.done = self.done, self.done + n
+        if self.tty:
+            self._draw()
+        elif (before // self._every != self.done // self._every
+              or (self.total and before < self.total <= self.done)):
+            of = f" of {self.total:,}" if self.total else ""
+            self._line(f"{self.phase}: {self.done:,}{of}")
+
+    def finish(self) -> None:
+        if self.phase and self.tty and not self.quiet:
+            self._draw(force=True)
+            self.stream.write("\n")
+            self.stream.flush()
+        self.phase = ""
+
+    def _line(self, text: str) -> None:
+        if not self.quiet:
+            print(f"{PROG} gc: {text}", file=self.stream, flush=True)
+
+    def _draw(self, force: bool = False) -> None:
+        if self.quiet:
+            return
+        now = time.monotonic()
+        if not force and now - self._drawn < 0.1:
+            return
+        self._drawn = now
+        if self.total:
+            width = 30
+            filled = min(width, width * self.done // self.total)
+            bar = f"[{'#' * filled}{'.' * (width - filled)}] {self.done:,}/{self.total:,}"
+        else:
+            bar = f"{self.done:,}"
+        self.stream.write(f"\r{PROG} gc: {self.phase} {bar}\x1b[K")
+        self.stream.flush()
+
+
+# -- planning and deleting ------------------------------------------------------------------------
+
+
+@dataclass
+class PolicyReport:
+    policy: Policy
+    scanned: int = 0
+    expired: int = 0
+    bytes: int = 0
+    dirs: int = 0
+    paths: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"subtree": self.policy.label, "max_age": self.policy.age_text,
+                "scanned": self.scanned, "expired": self.expired, "bytes": self.bytes,
+                "dirs_removed": self.dirs, "paths": self.paths}
+
+
+@dataclass
+class GcReport:
+    target: Target
+    now: datetime
+    dry_run: bool
+    policies: list[PolicyReport]
+    versioned: bool = False
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (key, reason)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"source": f"s3://{self.target.bucket}/{self.target.prefix}",
+                "now": fmt_time(self.now), "dry_run": self.dry_run, "versioned": self.versioned,
+                "policies": [p.as_json() for p in self.policies],
+                "failed": [{"key": k, "reason": r} for k, r in self.failed]}
+
+
+@dataclass(frozen=True)
+class _Obj:
+    key: str
+    size: int
+    modified: datetime
+    etag: str
+
+
+def _list(client: Any, bucket: str, prefix: str, progress: Progress) -> list[_Obj]:
+    out = []
+    paginator = client.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+        for o in page.get("Contents", ()):
+            out.append(_Obj(o["Key"], int(o.get("Size", 0)), o["LastModified"], o.get("ETag", "")))
+        progress.advance(len(page.get("Contents", ())))
+    return out
+
+
+def _last_modified(client: Any, bucket: str, obj: _Obj) -> datetime | None:
+    """The newer of LastModified and the mount's mtime, read now; None if the object is gone."""
+    try:
+        head = client.head_object(Bucket=bucket, Key=obj.key)
+    except botocore.exceptions.ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+    when = head["LastModified"]
+    mtime = (head.get("Metadata") or {}).get("mtime")
+    if mtime is not None:
+        with contextlib.suppress(ValueError, OverflowError, OSError):
+            when = max(when, datetime.fromtimestamp(float(mtime), UTC))
+    return when
+
+
+def _top_subtrees(policies: Sequence[Policy]) -> list[str]:
+    """The subtrees to list: nested ones are covered by their ancestor's listing."""
+    subtrees = sorted({p.subtree for p in policies})
+    return [s for s in subtrees if not any(s != o and s.startswith(o) for o in subtrees)]
+
+
+def run_gc(
+    client: Any,
+    target: Target,
+    policies: Sequence[Policy],
+    *,
+    now: datetime,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> GcReport:
+    """Apply `policies` under the target's prefix as of `now`; return what was (or would be)
+    done."""
+    progress = progress or Progress(quiet=True)
+    prefix = target.prefix
+    reports = {p.subtree: PolicyReport(p) for p in policies}
+    report = GcReport(target, now, dry_run, list(reports.values()))
+
+    # 1. One LIST per top-level policy subtree.
+    progress.start("listing")
+    objects: list[_Obj] = []
+    for sub in _top_subtrees(policies):
+        objects += _list(client, target.bucket, prefix + sub, progress)
+    objects.sort(key=lambda o: o.key)
+    keys = [o.key for o in objects]
+
+    # 2. Candidates by LastModified; then HEAD each to confirm (mtime, still the listed version).
+    candidates: list[tuple[_Obj, Policy]] = []
+    for o in objects:
+        rel = o.key[len(prefix):]
+        p = policy_for(rel, policies)
+        if p is None or rel == p.subtree or not o.key.startswith(prefix + p.subtree):
+            continue  # the policy's own directory marker is kept
+        if not o.key.endswith("/"):
+            reports[p.subtree].scanned += 1
+        if o.modified <= now - p.max_age:
+            candidates.append((o, p))
+    progress.start("checking", len(candidates))
+
+    def check(item: tuple[_Obj, Policy]) -> tuple[_Obj, Policy, bool]:
+        o, p = item
+        when = _last_modified(client, target.bucket, o)
+        progress.advance()
+        return o, p, when is not None and when <= now - p.max_age
+
+    with ThreadPoolExecutor(max_workers=HEAD_WORKERS) as pool:
+        checked = list(pool.map(check, candidates))
+    expired_files = {o.key: (o, p) for o, p, ok in checked if ok and not o.key.endswith("/")}
+    old_markers = {o.key: (o, p) for o, p, ok in checked if ok and o.key.endswith("/")}
+
+    # 3. Old directory markers whose whole contents go in this run, deepest first.
+    gone = set(expired_files)
+    for key in sorted(old_markers, key=lambda k: k.count("/"), reverse=True):
+        lo = bisect.bisect_right(keys, key)
+        hi = bisect.bisect_left(keys, key + "\U0010ffff")
+        if all(k in gone for k in keys[lo:hi]):
+            gone.add(key)
+
+    plan: list[tuple[_Obj, Policy]] = []
+    for key in sorted(gone):
+        o, p = expired_files.get(key) or old_markers[key]
+        assert key.startswith(prefix + p.subtree) and key != prefix + p.subtree
+        plan.append((o, p))
+
+    # 4. Delete in batches of 1,000.
+    failed: set[str] = set()
+    if not dry_run and plan:
+        progress.start("deleting", len(plan))
+        for i in range(0, len(plan), DELETE_BATCH):
+            batch = [o.key for o, _ in plan[i:i + DELETE_BATCH]]
+            resp = client.delete_objects(Bucket=target.bucket, Delete={
+                "Objects": [{"Key": k} for k in batch], "Quiet": True})
+            for e in resp.get("Errors", ()):
+                failed.add(e.get("Key", ""))
+                report.failed.append((e.get("Key", ""), f"{e.get('Code')} {e.get('Message')}"))
+            progress.advance(len(batch))
+    progress.finish()
+
+    for o, p in plan:
+        if o.key in failed:
+            continue
+        r = reports[p.subtree]
+        if o.key.endswith("/"):
+            r.dirs += 1
+        else:
+            r.expired += 1
+            r.bytes += o.size
+        r.paths.append(o.key[len(prefix):])
+    try:
+        report.versioned = versioning_status(client, target.bucket) in ("Enabled", "Suspended")
+    except S3_ERRORS:
+        report.versioned = False
+    return report
+
+
+def render(report: GcReport, *, list_paths: bool = False) -> str:
+    t = report.target
+    head = f"{PROG} gc: s3://{t.bucket}/{t.prefix} as of {fmt_time(report.now)}"
+    if report.dry_run:
+        head += " (dry run: nothing was deleted)"
+    rows, total = [], [0, 0, 0, 0]
+    for r in report.policies:
+        rows.append([r.policy.label, r.policy.age_text, f"{r.scanned:,}", f"{r.expired:,}",
+                     fmt_size(r.bytes), f"{r.dirs:,}"])
+        for i, n in enumerate((r.scanned, r.expired, r.bytes, r.dirs)):
+            total[i] += n
+    if len(rows) > 1:
+        rows.append(["total", "", f"{total[0]:,}", f"{total[1]:,}", fmt_size(total[2]),
+                     f"{total[3]:,}"])
+    verb = "would expire" if report.dry_run else "expired"
+    out = [head, table(["POLICY", "MAX AGE", "FILES", verb.upper(),
+                        "WOULD FREE" if report.dry_run else "FREED", "DIRS"],
+                       rows, right=[2, 3, 4, 5])]
+    if list_paths:
+        for r in report.policies:
+            out += [f"{verb}: {t.display(p)}" for p in r.paths]
+    if report.versioned and total[1]:
+        out.append(f"note: bucket {t.bucket} is versioned: the expired files remain as noncurrent "
+                   "versions (memfs restore brings one back) until a lifecycle rule expires "
+                   "noncurrent versions, so the bytes are not freed yet")
+    for key, reason in report.failed[:10]:
+        out.append(f"failed: {key}: {reason}")
+    return "\n".join(out)
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise GcError(f"{self.prog}: {message}", code=2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=f"{PROG} gc", description="Delete memories not modified for longer than "
+                "their subtree's expiry policy. Without a policy nothing expires.")
+    p.add_argument("mount", nargs="?", help="a memfs mount (any path inside it); policies are "
+                   "relative to its root. Default: --bucket/--prefix or MEMFS_BUCKET/MEMFS_PREFIX")
+    p.add_argument("--policy", action="append", default=[], metavar="SUBTREE=AGE",
+                   help="expire files under SUBTREE not modified for AGE (s, m, h, d, w), e.g. "
+                   "session/=2h; repeatable; replaces MEMFS_EXPIRE (e.g. "
+                   "MEMFS_EXPIRE='session/=2h,scratch/=7d')")
+    p.add_argument("--dry-run", action="store_true", help="report what would expire; delete "
+                   "nothing")
+    p.add_argument("--list", action="store_true", help="also print every expired path")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--now", help=argparse.SUPPRESS)  # tests: the clock ages are counted from
+    add_target_arguments(p)
+    return p
+
+
+def _parse_now(text: str | None) -> datetime:
+    if not text:
+        return datetime.now(UTC)
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise GcError(f"--now {text!r} is not an ISO time", code=2) from None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
+
+
+def main(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+         stderr: IO[str] | None = None) -> int:
+    """``memfs gc [MOUNT] [--policy SUBTREE=AGE ...] [--dry-run] [--list] [--json] [--quiet]``."""
+    env = os.environ if env is None else env
+    err = stderr if stderr is not None else sys.stderr
+    try:
+        args = build_parser().parse_args(list(argv))
+        specs = args.policy or ([env["MEMFS_EXPIRE"]] if env.get("MEMFS_EXPIRE") else [])
+        policies = parse_policies(specs)
+        now = _parse_now(args.now)
+        target = resolve_target(args.mount, args, env)
+        if target.rel:
+            raise GcError(f"{args.mount} is inside the mount {target.mountpoint}: give the mount "
+                          "itself (policies are relative to its root)", code=2)
+        if not policies:
+            print(f"{PROG} gc: no expiry policy (give --policy SUBTREE=AGE or set MEMFS_EXPIRE); "
+                  "nothing expires")
+            return 0
+        client = target.client()
+        progress = Progress(err, quiet=args.quiet)
+        try:
+            report = run_gc(client, target, policies, now=now, dry_run=args.dry_run,
+                            progress=progress)
+        except S3_ERRORS as exc:
+            progress.finish()
+            raise GcError(describe_s3_error(exc, target.bucket)) from None
+    except (GcError, LocateError) as exc:
+        msg = str(exc)
+        print(msg if msg.startswith(PROG) else f"{PROG}: {msg}", file=err)
+        return exc.code
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    if args.json:
+        print(json.dumps(report.as_json(), indent=1))
+    else:
+        print(render(report, list_paths=args.list))
+    if report.failed:
+        print(f"{PROG}: {len(report.failed)} object(s) could not be deleted (first: "
+              f"{report.failed[0][0]}: {report.failed[0][1]})", file=err)
+        return 1
+    return 0
