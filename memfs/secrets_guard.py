@@ -90,11 +90,12 @@ RULES: tuple[_Rule, ...] = (
         r"\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<v>[^\s/@]+)@[^\s/@]+"),
           accept=lambda v: _not_placeholder(v) and len(v) >= 4),
     _Rule("password", re.compile(
-        r"(?i)\b(?:password|passwd|passphrase|pwd|db_pass)[\"']?" + _ASSIGN),
+        r"(?i)\b(?:\w*_)?(?:password|passwd|passphrase|pwd|pass)[\"']?" + _ASSIGN),
           accept=_password_like),
     _Rule("API key or token", re.compile(
-        r"(?i)\b(?:api[_-]?key|apikey|secret[_-]?key|client[_-]?secret|access[_-]?token|"
-        r"auth[_-]?token|bearer[_-]?token|token|secret)[\"']?" + _ASSIGN),
+        r"(?i)(?:\b(?:\w*_)?(?:api[_-]?key|apikey|secret[_-]?key|client[_-]?secret|"
+        r"access[_-]?token|auth[_-]?token|bearer[_-]?token)|\b(?:token|secret))[\"']?"
+        + _ASSIGN),
           accept=_token_like),
     _Rule("API key or token", re.compile(
         r"\b(?i:authorization)\s*:\s*(?i:bearer|token)\s+(?P<v>[A-Za-z0-9._~+/=-]{16,})"),
