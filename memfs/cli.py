@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import logging
 import os
 import subprocess
@@ -133,10 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--root", required=True, help="directory that stands for /memories")
     h.add_argument("--max-file-bytes", type=int, default=None,
                    help="largest file_text accepted by create")
+    h.add_argument("--secrets-guard", action="store_true",
+                   help="refuse content that looks like a credential (keys, tokens, passwords)")
+    h.add_argument("--agent-id", help="recorded as the writer's agent in each object's metadata "
+                   "on a memfs mount")
 
-    # Listed for --help; main() hands its arguments to memfs.install's own parser.
+    # Listed for --help; main() hands their arguments to their modules' own parsers.
     sub.add_parser("install-unit",
                    help="install the systemd unit memfs@.service and an instance env file")
+    sub.add_parser("history", help="list a file's versions (needs S3 versioning)")
+    sub.add_parser("restore", help="bring back an earlier version of a file")
+    sub.add_parser("log", help="recent changes under a mount's prefix, with writers")
+    sub.add_parser("gc", help="expire memories by per-subtree age policies")
 
     d = sub.add_parser("demo", help="show an agent remembering across two sessions through S3")
     d.add_argument("--keep", action="store_true", help="leave the demo mounted for exploring")
@@ -296,7 +305,9 @@ def cmd_df(args: argparse.Namespace) -> int:
 def cmd_handle(args: argparse.Namespace) -> int:
     from memfs.handler import serve_jsonl
 
-    kwargs = {} if args.max_file_bytes is None else {"max_file_bytes": args.max_file_bytes}
+    kwargs: dict = {"secrets_guard": args.secrets_guard, "agent_id": args.agent_id}
+    if args.max_file_bytes is not None:
+        kwargs["max_file_bytes"] = args.max_file_bytes
     return serve_jsonl(Path(args.root), sys.stdin, sys.stdout, **kwargs)
 
 
@@ -306,17 +317,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo_main(["--keep"] if args.keep else [])
 
 
+# Subcommands whose modules parse their own arguments: name → (module, function(argv) -> int).
+DELEGATED = {
+    "install-unit": ("memfs.install", "main"),
+    "history": ("memfs.history", "main_history"),
+    "restore": ("memfs.history", "main_restore"),
+    "log": ("memfs.history", "main_log"),
+    "gc": ("memfs.gc", "main"),
+}
+
 COMMANDS = {"mount": cmd_mount, "umount": cmd_umount, "df": cmd_df, "handle": cmd_handle,
             "demo": cmd_demo}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["install-unit"]:
-        # Its own parser owns every flag (argparse.REMAINDER cannot pass a leading --flag on).
-        from memfs.install import main as install_main
-
-        return install_main(argv[1:])
+    if argv[:1] and argv[0] in DELEGATED:
+        # These commands' own parsers own every flag (argparse.REMAINDER cannot pass a leading
+        # --flag on), so the whole tail goes to them.
+        module, function = DELEGATED[argv[0]]
+        return getattr(importlib.import_module(module), function)(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
