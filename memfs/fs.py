@@ -176,7 +176,14 @@ class MemFS(pyfuse3.Operations):
             path = dnode.path
             started = time.time()
             listing = await self._s3(self.store.list_dir, path)
-            cache = DirCache(listing.files, listing.dirs, started)
+            # Fresh from when it arrived: a LIST slower than the TTL must not be stale on arrival
+            # (every lookup would list again).
+            cache = DirCache(listing.files, listing.dirs, time.time(), listing.has_marker)
+            for name, (when, what) in list(dnode.recent.items()):
+                if when >= started:
+                    cache.apply(name, what)  # may have finished after S3 answered the LIST
+                else:
+                    del dnode.recent[name]  # S3 had it before the LIST began
             # Files this mount created but has not uploaded yet are not in S3: keep them.
             for of in self.open_files.values():
                 n = of.node
@@ -217,10 +224,16 @@ class MemFS(pyfuse3.Operations):
             node.apply_info(info, now)
         return node
 
-    async def _resolve(self, parent: Node, name: str) -> Node | None:
+    async def _resolve(self, parent: Node, name: str, *, for_create: bool = False) -> Node | None:
+        """The node for ``parent/name``, or None. ``for_create`` accepts a stale listing's "no":
+        the kernel has just looked the name up, and the conditional PUT (If-None-Match) catches
+        a creation elsewhere in between, so a big directory is not re-listed per create."""
         node = self.inodes.at(child_path(parent.path, name))
         if node is not None and (self._fresh(node.validated_at) or self._is_local(node)):
             return node
+        if for_create and node is None and parent.listing is not None \
+                and parent.listing.kind_of(name) is None:
+            return None
         listing = await self._listing(parent)
         return self._sync_child(parent, name, listing)
 
@@ -231,19 +244,34 @@ class MemFS(pyfuse3.Operations):
         return node
 
     def _listing_add(self, parent_path: str, name: str, node: Node) -> None:
-        parent = self.inodes.at(parent_path)
-        if parent is None or parent.listing is None:
-            return
-        parent.listing.discard(name)
-        if node.kind is Kind.DIR:
-            parent.listing.dirs.add(name)
-        else:
-            parent.listing.files[name] = ObjectInfo(node.size, node.etag or "", node.mtime)
+        what = Kind.DIR if node.kind is Kind.DIR else ObjectInfo(node.size, node.etag or "",
+                                                                  node.mtime)
+        self._listing_change(parent_path, name, what)
 
     def _listing_remove(self, parent_path: str, name: str) -> None:
+        self._listing_change(parent_path, name, None)
+
+    def _listing_change(self, parent_path: str, name: str, what: object) -> None:
         parent = self.inodes.at(parent_path)
-        if parent is not None and parent.listing is not None:
-            parent.listing.discard(name)
+        if parent is None:
+            return
+        parent.recent[name] = (time.time(), what)
+        if parent.listing is not None:
+            parent.listing.apply(name, what)
+
+    async def _keep_directory(self, dnode: Node) -> None:
+        """A directory that existed only through its children must outlive its last one.
+
+        S3 has no directories: once the last key under ``d/`` goes, so would ``d``. rmdir(2)
+        is the only thing that may remove a directory, so write its marker first.
+        """
+        listing = dnode.listing
+        if (dnode.inode == pyfuse3.ROOT_INODE or listing is None or listing.has_marker
+                or listing.names()):
+            return
+        await self._s3(self.store.put, dnode.path, b"", self._metadata(dnode), directory=True,
+                       content_type="application/x-directory")
+        listing.has_marker = True
 
     def _meta(self, mode: int, uid: int, gid: int, mtime: float,
               agent: str | None = None) -> dict[str, str]:
@@ -320,7 +348,9 @@ class MemFS(pyfuse3.Operations):
         kind = Kind.LINK if stat.S_ISLNK(info.mode or 0) else Kind.FILE
         if kind is not node.kind:
             # A new inode: the kernel refuses to see an existing inode change its type.
-            node = self.inodes.add(path, kind, node.mode, node.uid, node.gid)
+            type_bits = stat.S_IFLNK if kind is Kind.LINK else stat.S_IFREG
+            node = self.inodes.add(path, kind, type_bits | stat.S_IMODE(node.mode), node.uid,
+                                   node.gid)
         node.apply_info(info, now)
         node.meta_known = True
         if data is not None:
@@ -339,16 +369,34 @@ class MemFS(pyfuse3.Operations):
         node = self._node(inode)
         if node.detached and inode not in self.open_files:
             raise fail(errno.ENOENT)  # the name is gone and nothing holds the file open
-        if (node.kind is Kind.DIR or node.detached or self._fresh(node.validated_at)
-                or inode in self.open_files):
+        if node.kind is Kind.DIR:
+            if not node.meta_known and inode != pyfuse3.ROOT_INODE:
+                await self._read_metadata(node)  # one HEAD of its marker, once per mount
+            return node.attributes(self.ttl)
+        if node.detached or inode in self.open_files or (
+                self._fresh(node.validated_at) and node.meta_known):
             return node.attributes(self.ttl)
         info = await self._s3(self.store.head, node.path)
         if info is None:
             self.inodes.detach(node.path)
             self._listing_remove(node.parent_path(), node.name())
             raise fail(errno.ENOENT)
+        if info.mode is not None and stat.S_ISLNK(info.mode) != (node.kind is Kind.LINK):
+            # The kernel cannot change an inode's type (it would report EIO): keep answering
+            # for this inode as it is, and make the kernel look the name up again, which
+            # gives the name a new inode of the right type.
+            self._relookup(node)
+            return node.attributes(0)
         node.apply_info(info, time.time())
+        node.meta_known = True
         return node.attributes(self.ttl)
+
+    def _relookup(self, node: Node) -> None:
+        parent = self.inodes.at(node.parent_path())
+        name = node.name()
+        self.inodes.detach(node.path)
+        if parent is not None:
+            pyfuse3.invalidate_entry_async(parent.inode, name.encode(), ignore_enoent=True)
 
     @fuse_op
     async def setattr(self, inode: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:
@@ -529,7 +577,7 @@ class MemFS(pyfuse3.Operations):
             node = self.inodes.add(path, Kind.DIR, dir_mode, ctx.uid, ctx.gid)
             node.meta_known = True
             node.mtime = node.validated_at = now
-            node.listing = DirCache({}, set(), now)
+            node.listing = DirCache({}, set(), now, has_marker=True)
             self._listing_add(parent.path, text, node)
             node.nlookup += 1
             return node.attributes(self.ttl)
@@ -557,7 +605,7 @@ class MemFS(pyfuse3.Operations):
         async with self.ns_lock:
             parent = self._dir(parent_inode)
             self._writable(child_path(parent.path, text))
-            existing = await self._resolve(parent, text)
+            existing = await self._resolve(parent, text, for_create=True)
             if existing is not None:
                 # Created elsewhere after the kernel cached a negative lookup.
                 if flags & os.O_EXCL:
@@ -832,6 +880,7 @@ class MemFS(pyfuse3.Operations):
             self.inodes.detach(node.path)
             self._listing_remove(parent.path, text)
             self.content.discard(node.path)
+            await self._keep_directory(parent)
 
     @fuse_op
     async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx):
@@ -909,6 +958,7 @@ class MemFS(pyfuse3.Operations):
             self.content.move(src_path, dst_path)
             self._listing_remove(src_parent.path, src_name)
             self._listing_add(dst_parent.path, dst_name, src)
+            await self._keep_directory(src_parent)
 
     async def _rename_file(self, src: Node, dst_path: str) -> None:
         """COPY to the new key, then DELETE the old one (S3 has no rename)."""

@@ -35,6 +35,8 @@ class DirCache:
     files: dict[str, ObjectInfo]
     dirs: set[str]
     fetched_at: float
+    # Whether the directory has its own marker object (else it exists only through children).
+    has_marker: bool = False
 
     def names(self) -> list[str]:
         return sorted(self.dirs | self.files.keys())
@@ -49,6 +51,14 @@ class DirCache:
     def discard(self, name: str) -> None:
         self.dirs.discard(name)
         self.files.pop(name, None)
+
+    def apply(self, name: str, what: object) -> None:
+        """One change made by this mount: Kind.DIR, an ObjectInfo, or None (removed)."""
+        self.discard(name)
+        if what is Kind.DIR:
+            self.dirs.add(name)
+        elif isinstance(what, ObjectInfo):
+            self.files[name] = what
 
 
 @dataclass
@@ -70,6 +80,10 @@ class Node:
     # Set once the name is gone (unlink, rename over it): the node no longer stands for ``path``.
     detached: bool = False
     listing: DirCache | None = None
+    # This mount's own changes to a directory's entries, by name: (when, what) where what is
+    # Kind.DIR, an ObjectInfo, or None for a removal. A LIST that started before a change
+    # finished may not show it, so a new listing replays the changes made since it started.
+    recent: dict[str, tuple[float, object]] = field(default_factory=dict)
 
     def name(self) -> str:
         return self.path.rpartition("/")[2]
@@ -102,8 +116,9 @@ class Node:
     def apply_info(self, info: ObjectInfo, now: float) -> None:
         """Take what S3 said about this object; keep known metadata when S3 had none to give."""
         if info.mode is not None:
-            self.mode = info.mode
-            self.kind = Kind.LINK if stat.S_ISLNK(info.mode) else Kind.FILE
+            # Never change the type of an inode the kernel knows (it answers EIO): a type
+            # change gets a new node (see MemFS._read_metadata and getattr).
+            self.mode = stat.S_IFMT(self.mode) | stat.S_IMODE(info.mode)
             self.meta_known = True
         if info.uid is not None:
             self.uid = info.uid
