@@ -1,19 +1,27 @@
-"""All-or-nothing file replacement and no-clobber rename, cheap on a memfs mount.
+"""All-or-nothing rewrites, read-modify-write and no-clobber rename, cheap on a memfs mount.
 
-Owns the two ways the handler changes a file's bytes and the one way it moves things:
+Owns the ways the handler changes a file's bytes and the one way it moves things:
 
 * On an ordinary filesystem a rewrite is the classic temp file in the same directory + `fsync` +
   `os.replace` (a new file under `exclusive` is published with `link`, which fails if the name
   exists), so a reader sees the old bytes or the new bytes, never a mix.
-* On a memfs mount (fstype `fuse.memfs` in /proc/self/mountinfo) the mount itself promises that:
-  it uploads the whole object with one PUT, and `O_TRUNC` never publishes an empty object. So we
-  open the file itself with `O_TRUNC`, mark the descriptor atomic (xattr `user.memfs.atomic`: the
-  mount uploads at `fsync()` only and discards the changes if the descriptor is closed without
-  one), write, `fsync` and close: 1 PUT, where temp + rename would cost PUT + COPY + DELETE, and a
-  failed write or a killed process leaves the old version in place. `fsync()` reports the
-  upload's outcome, so its `OSError` (ESTALE/EDQUOT/EIO) is the write's error.
-* `agent_id` (memfs only): set as the xattr `user.memfs.agent` on the open file before `close()`,
-  so the mount records it as the upload's `memfs-agent` metadata (who wrote it, for
+* On a memfs mount (fstype `fuse.memfs` in /proc/self/mountinfo) every change is one
+  **transaction on one descriptor**: open the file itself `O_RDWR` (never `O_TRUNC`, which would
+  touch state other descriptors share), mark the descriptor atomic (xattr `user.memfs.atomic`:
+  its reads see the version S3 had when it first read, its writes are private to it, `fsync()`
+  uploads them with one conditional PUT — `If-Match` the version it read, `If-None-Match: *` for
+  a new file — and a close without a successful `fsync` discards everything), `ftruncate(0)`,
+  write, `fsync`, close. 1 PUT, where temp + rename would cost PUT + COPY + DELETE; a failed write
+  or a killed process leaves the old version in place; `fsync()` reports the upload's outcome, so
+  its `OSError` (ESTALE: someone else committed since we read; EDQUOT; EIO) is the write's error.
+* `open_edit` / `edit_file` (read-modify-write, for `str_replace` and `insert`): on memfs the read
+  and the write happen on that one transactional descriptor, so an edit committed by anyone in
+  between makes our `fsync` fail with ESTALE instead of being silently overwritten. On other
+  filesystems it is a plain read followed by the temp-file replace: all-or-nothing, but **not**
+  transactional across processes (a concurrent writer's edit between our read and our replace is
+  overwritten, as with any editor).
+* `agent_id` (memfs only): set as the xattr `user.memfs.agent` on the open file before the
+  upload, so the mount records it as the upload's `memfs-agent` metadata (who wrote it, for
   `memfs history`/`log`). Best effort: a mount that cannot record it still gets the write.
 * `rename_noreplace` uses `renameat2(RENAME_NOREPLACE)` so an existing destination is never
   overwritten, falling back to check-then-rename where the filesystem lacks it.
@@ -30,12 +38,14 @@ import logging
 import os
 import secrets
 import stat
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 
 log = logging.getLogger(__name__)
 
 _NEW_FILE_MODE = 0o600
 AGENT_XATTR = "user.memfs.agent"
+ATOMIC_XATTR = "user.memfs.atomic"
 _MEMFS_FSTYPE = "fuse.memfs"
 _RENAME_NOREPLACE = 1
 
@@ -98,15 +108,27 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def write_file(
-    dir_fd: int, name: str, data: bytes, *, exclusive: bool = False, agent_id: str | None = None
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    *,
+    exclusive: bool = False,
+    agent_id: str | None = None,
+    edit: Edit | None = None,
 ) -> None:
     """Make `name` in `dir_fd` hold exactly `data`, all or nothing.
 
     `exclusive` raises `FileExistsError` if `name` exists (never replaces it). Any other failure
     raises `OSError`, and the previous content (or absence) of `name` is what readers see.
     `agent_id` is recorded with the upload on a memfs mount and ignored elsewhere.
+    `edit` (from `open_edit` on the same `dir_fd`/`name`) commits `data` as that read-modify-write
+    transaction: on memfs it fails with ESTALE if the file changed since the edit read it.
     """
-    if on_memfs(dir_fd):
+    if edit is not None:
+        if edit.name != name or exclusive:
+            raise ValueError("write_file(edit=...) must name the edited file, without exclusive")
+        edit.commit(data)
+    elif on_memfs(dir_fd):
         _write_in_place(dir_fd, name, data, exclusive, agent_id)
     else:
         _write_via_temp(dir_fd, name, data, exclusive)
@@ -129,22 +151,127 @@ def _tag_agent(fd: int, agent_id: str) -> None:
 def _write_in_place(
     dir_fd: int, name: str, data: bytes, exclusive: bool, agent_id: str | None = None
 ) -> None:
-    # memfs contract: the object is replaced by one PUT at close(); O_TRUNC never publishes an
-    # empty object, and close() returns the PUT's error (ESTALE if someone else won a race).
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    flags |= os.O_EXCL if exclusive else os.O_TRUNC
+    # One memfs transaction (module docstring): no O_TRUNC, which would truncate the state other
+    # descriptors of the file share; the truncation is private to this atomic descriptor.
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    if exclusive:
+        flags |= os.O_EXCL
     fd = os.open(name, flags, _NEW_FILE_MODE, dir_fd=dir_fd)
     try:
-        os.setxattr(fd, "user.memfs.atomic", b"1")
-        _write_all(fd, data)
-        if agent_id:
-            _tag_agent(fd, agent_id)  # before the upload, which records it
-        os.fsync(fd)  # the one PUT; without it close() would publish nothing
+        _begin_transaction(fd, agent_id)
+        _commit_transaction(fd, data)
     except BaseException:
         with suppress(OSError):
-            os.close(fd)
+            os.close(fd)  # without a successful fsync: the mount discards everything
         raise
-    os.close(fd)
+    _close_committed(fd)
+
+
+def _begin_transaction(fd: int, agent_id: str | None) -> None:
+    os.setxattr(fd, ATOMIC_XATTR, b"1")
+    if agent_id:
+        _tag_agent(fd, agent_id)  # before the upload, which records it
+
+
+def _commit_transaction(fd: int, data: bytes) -> None:
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    _write_all(fd, data)
+    os.fsync(fd)  # the one conditional PUT; without it close() publishes nothing
+
+
+def _close_committed(fd: int) -> None:
+    # fsync has already reported the upload's outcome; close() of a committed atomic descriptor
+    # has nothing left to send, so an error here must not turn a landed write into "not applied".
+    try:
+        os.close(fd)
+    except OSError as err:
+        log.debug("close after a committed write failed: %s", err)
+
+
+class Edit:
+    """One read-modify-write of a regular file, opened by `open_edit`.
+
+    `fd` is the descriptor to read from (`read()` reads all of it); `commit(data)` replaces the
+    file's bytes with `data`, at most once. On memfs both happen on one transactional descriptor
+    (module docstring); elsewhere `commit` is the temp-file replace.
+    """
+
+    def __init__(self, dir_fd: int, name: str, fd: int, transactional: bool) -> None:
+        self.dir_fd = dir_fd
+        self.name = name
+        self.fd = fd
+        self.transactional = transactional
+        self.committed = False
+
+    def read(self, limit: int | None = None) -> bytes:
+        """The file's bytes from offset 0 (at most `limit` + 1 of them when `limit` is given)."""
+        chunks: list[bytes] = []
+        offset, want = 0, None if limit is None else limit + 1
+        while want is None or offset < want:
+            size = 1 << 20 if want is None else min(1 << 20, want - offset)
+            chunk = os.pread(self.fd, size, offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+
+    def commit(self, data: bytes) -> None:
+        if self.committed:
+            raise ValueError("this edit was already committed")
+        if self.transactional:
+            _commit_transaction(self.fd, data)
+        else:
+            _write_via_temp(self.dir_fd, self.name, data, exclusive=False)
+        self.committed = True
+
+
+@contextmanager
+def open_edit(dir_fd: int, name: str, *, agent_id: str | None = None) -> Iterator[Edit]:
+    """Open the existing file `name` in `dir_fd` for one read-modify-write (see `Edit`).
+
+    Leaving the block without `commit` changes nothing (on memfs the transaction is discarded).
+    Raises what `open` raises: `FileNotFoundError`, `OSError(ELOOP)` for a symlink, `EISDIR`.
+    """
+    if on_memfs(dir_fd):
+        fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        transactional = True
+    else:
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(name, flags, dir_fd=dir_fd)
+        transactional = False
+    edit = Edit(dir_fd, name, fd, transactional)
+    try:
+        if transactional:
+            _begin_transaction(fd, agent_id)
+        yield edit
+    finally:
+        if transactional and edit.committed:
+            _close_committed(fd)
+        else:
+            with suppress(OSError):
+                os.close(fd)
+
+
+def edit_file(
+    dir_fd: int,
+    name: str,
+    transform: Callable[[bytes], bytes],
+    *,
+    agent_id: str | None = None,
+) -> bytes:
+    """Replace the bytes of the existing file `name` with `transform(its bytes)`; return them.
+
+    All or nothing. If `transform` raises, nothing changes and the exception propagates. On memfs
+    an edit that someone else committed between our read and our write makes this raise
+    `OSError(ESTALE)` (their edit stays; ours is kept under `.memfs-conflicts/`); elsewhere it
+    would be overwritten (not transactional across processes).
+    """
+    with open_edit(dir_fd, name, agent_id=agent_id) as edit:
+        data = transform(edit.read())
+        edit.commit(data)
+    return data
 
 
 def _write_via_temp(dir_fd: int, name: str, data: bytes, exclusive: bool) -> None:

@@ -21,12 +21,13 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
 from memfs import memory_view, secrets_guard
-from memfs.atomic_write import rename_noreplace, write_file
-from memfs.handler_errors import CommandError, os_error, write_error
+from memfs.atomic_write import Edit, open_edit, rename_noreplace, write_file
+from memfs.handler_errors import CommandError, list_error, os_error, write_error
 from memfs.paths import (
     MemoryPath,
     MemoryRoot,
@@ -257,29 +258,39 @@ class MemoryHandler:
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
             fd = os.open(mp.name, flags, dir_fd=dir_fd)
-        except FileNotFoundError:
-            raise CommandError(
-                f"The file {mp.display} no longer exists (may have been deleted or renamed "
-                "concurrently)."
-            ) from None
         except OSError as err:
-            if err.errno == errno.ELOOP:
-                raise symlink_refused(mp.display, mp.display) from None
-            raise
+            raise self._open_refusal(mp, err) from None
         with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise CommandError(f"Unsupported file type for {mp.display}")
-            if st.st_size > MAX_READ_BYTES:
-                raise CommandError(
-                    f"The file {mp.display} is {memory_view.format_size(st.st_size)}, too large "
-                    f"for the memory tool to read (limit "
-                    f"{memory_view.format_size(MAX_READ_BYTES)})."
-                )
+            self._check_readable(f.fileno(), mp)
             return f.read(MAX_READ_BYTES + 1)
 
-    def _read_text(self, dir_fd: int, mp: MemoryPath) -> str:
-        data = self._read_bytes(dir_fd, mp)
+    @staticmethod
+    def _open_refusal(mp: MemoryPath, err: OSError) -> Exception:
+        """What to raise when opening the file `mp` failed with `err`."""
+        if isinstance(err, FileNotFoundError):
+            return CommandError(
+                f"The file {mp.display} no longer exists (may have been deleted or renamed "
+                "concurrently)."
+            )
+        if err.errno == errno.ELOOP:
+            return symlink_refused(mp.display, mp.display)
+        if err.errno == errno.EISDIR:
+            return CommandError(f"The path {mp.display} is not a file.")
+        return err
+
+    @staticmethod
+    def _check_readable(fd: int, mp: MemoryPath) -> None:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CommandError(f"Unsupported file type for {mp.display}")
+        if st.st_size > MAX_READ_BYTES:
+            raise CommandError(
+                f"The file {mp.display} is {memory_view.format_size(st.st_size)}, too large "
+                f"for the memory tool to read (limit "
+                f"{memory_view.format_size(MAX_READ_BYTES)})."
+            )
+
+    def _decode(self, mp: MemoryPath, data: bytes) -> str:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
@@ -290,6 +301,25 @@ class MemoryHandler:
                 "reads UTF-8 text files and .png/.jpg/.jpeg images only."
             )
         return text
+
+    def _read_text(self, dir_fd: int, mp: MemoryPath) -> str:
+        return self._decode(mp, self._read_bytes(dir_fd, mp))
+
+    @contextmanager
+    def _edit(self, dir_fd: int, mp: MemoryPath) -> Iterator[tuple[Edit, str]]:
+        """Open `mp` for one read-modify-write; yield the edit and the text it read.
+
+        On a memfs mount the read and the later `_write(..., edit=)` are one transaction: an
+        edit committed by anyone in between makes the write fail (ESTALE) instead of being lost.
+        Leaving the block without writing changes nothing.
+        """
+        with ExitStack() as stack:
+            try:
+                edit = stack.enter_context(open_edit(dir_fd, mp.name, agent_id=self.agent_id))
+            except OSError as err:
+                raise self._open_refusal(mp, err) from None
+            self._check_readable(edit.fd, mp)
+            yield edit, self._decode(mp, edit.read(MAX_READ_BYTES))
 
     def _regular_file(self, dir_fd: int, mp: MemoryPath, command: str) -> None:
         """Require `mp` to be an existing regular file (for str_replace and insert)."""
@@ -325,9 +355,20 @@ class MemoryHandler:
         if findings:
             raise CommandError(secrets_guard.refusal(mp.display, findings))
 
-    def _write(self, dir_fd: int, mp: MemoryPath, data: bytes, *, exclusive: bool = False) -> None:
+    def _write(
+        self,
+        dir_fd: int,
+        mp: MemoryPath,
+        data: bytes,
+        *,
+        exclusive: bool = False,
+        edit: Edit | None = None,
+    ) -> None:
         try:
-            write_file(dir_fd, mp.name, data, exclusive=exclusive, agent_id=self.agent_id)
+            if edit is None:
+                write_file(dir_fd, mp.name, data, exclusive=exclusive, agent_id=self.agent_id)
+            else:
+                write_file(dir_fd, mp.name, data, agent_id=self.agent_id, edit=edit)
         except FileExistsError:
             raise
         except OSError as err:
@@ -369,30 +410,39 @@ class MemoryHandler:
             return memory_view.file_view(mp.display, self._read_text(parent, mp), f["view_range"])
 
     def _list_dir(self, mp: MemoryPath, dir_fd: int) -> str:
+        """The listing of `mp` two levels deep. Any directory it covers that cannot be listed
+        fails the whole view (never a listing with entries silently missing); only entries that
+        vanish while listing are left out."""
         entries: list[tuple[int, str]] = []
+        base = mp.display.rstrip("/") or mp.display
 
         def collect(fd: int, rel: str, depth: int) -> None:
+            where = f"{base}/{rel}" if rel else mp.display
             try:
                 with os.scandir(fd) as it:
                     items = sorted(it, key=lambda e: e.name)
-            except OSError:
-                return
+            except OSError as err:
+                raise list_error(where, err) from err
             for item in items:
                 if item.name.startswith(".") or item.name in memory_view.EXCLUDED_NAMES:
                     continue
                 item_rel = f"{rel}/{item.name}" if rel else item.name
                 try:
                     st = item.stat(follow_symlinks=False)
-                except OSError:
+                except FileNotFoundError:
                     continue  # vanished while listing
+                except OSError as err:
+                    raise list_error(f"{base}/{item_rel}", err) from err
                 if stat.S_ISDIR(st.st_mode):
                     entries.append((memory_view.DIRECTORY_SIZE, item_rel + "/"))
                     if depth < 2:
                         try:
                             sub = os.open(item.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
                                           | os.O_CLOEXEC, dir_fd=fd)
-                        except OSError:
-                            continue
+                        except OSError as err:
+                            if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                                continue  # vanished, or replaced by a file or symlink meanwhile
+                            raise list_error(f"{base}/{item_rel}", err) from err
                         try:
                             collect(sub, item_rel, depth + 1)
                         finally:
@@ -452,23 +502,23 @@ class MemoryHandler:
             )
         with self.root.walk(mp) as parent:
             self._regular_file(parent, mp, "str_replace")
-            content = self._read_text(parent, mp)
-            found = _find_all(content, old)
-            if not found:
-                raise CommandError(
-                    f"No replacement was performed, old_str `{old}` did not appear verbatim in "
-                    f"{mp.display}."
-                )
-            if len(found) > 1:
-                lines = ", ".join(str(content.count("\n", 0, pos) + 1) for pos in found)
-                raise CommandError(
-                    f"No replacement was performed. Multiple occurrences of old_str `{old}` in "
-                    f"lines: {lines}. Please ensure it is unique"
-                )
-            pos = found[0]
-            new_content = content[:pos] + new + content[pos + len(old) :]  # literal, no escapes
-            self._guard(mp, new_content, (pos, pos + len(new)))
-            self._write(parent, mp, self._encode_for_write(mp, new_content))
+            with self._edit(parent, mp) as (edit, content):
+                found = _find_all(content, old)
+                if not found:
+                    raise CommandError(
+                        f"No replacement was performed, old_str `{old}` did not appear verbatim "
+                        f"in {mp.display}."
+                    )
+                if len(found) > 1:
+                    lines = ", ".join(str(content.count("\n", 0, pos) + 1) for pos in found)
+                    raise CommandError(
+                        f"No replacement was performed. Multiple occurrences of old_str `{old}` "
+                        f"in lines: {lines}. Please ensure it is unique"
+                    )
+                pos = found[0]
+                new_content = content[:pos] + new + content[pos + len(old) :]  # literal
+                self._guard(mp, new_content, (pos, pos + len(new)))
+                self._write(parent, mp, self._encode_for_write(mp, new_content), edit=edit)
         changed = content.count("\n", 0, pos)
         new_lines = new_content.split("\n")
         first, last = max(0, changed - 2), min(len(new_lines), changed + 3)
@@ -482,20 +532,22 @@ class MemoryHandler:
         mp = parse(f["path"])
         with self.root.walk(mp) as parent:
             self._regular_file(parent, mp, "insert")
-            lines = _split_lines_keeping_cr(self._read_text(parent, mp))
-            at = f["insert_line"]
-            if not 0 <= at <= len(lines):
-                raise CommandError(
-                    f"Invalid `insert_line` parameter: {at}. "
-                    f"It should be within the range [0, {len(lines)}]."
-                )
-            lines.insert(at, f["insert_text"].rstrip("\n"))
-            # Every line ends with a newline afterwards; unlike the SDK (which adds one only if
-            # the joined text lacks it), a blank last line or an inserted empty line survives.
-            new_content = "\n".join(lines) + "\n"
-            start = sum(len(line) + 1 for line in lines[:at])
-            self._guard(mp, new_content, (start, start + len(lines[at])))
-            self._write(parent, mp, self._encode_for_write(mp, new_content))
+            with self._edit(parent, mp) as (edit, content):
+                lines = _split_lines_keeping_cr(content)
+                at = f["insert_line"]
+                if not 0 <= at <= len(lines):
+                    raise CommandError(
+                        f"Invalid `insert_line` parameter: {at}. "
+                        f"It should be within the range [0, {len(lines)}]."
+                    )
+                lines.insert(at, f["insert_text"].rstrip("\n"))
+                # Every line ends with a newline afterwards; unlike the SDK (which adds one only
+                # if the joined text lacks it), a blank last line or an inserted empty line
+                # survives.
+                new_content = "\n".join(lines) + "\n"
+                start = sum(len(line) + 1 for line in lines[:at])
+                self._guard(mp, new_content, (start, start + len(lines[at])))
+                self._write(parent, mp, self._encode_for_write(mp, new_content), edit=edit)
         return f"The file {mp.display} has been edited."
 
     def _delete(self, f: dict[str, Any]) -> Content:

@@ -8,6 +8,7 @@ here touches the filesystem.
 from __future__ import annotations
 
 import errno
+import os
 
 
 class CommandError(Exception):
@@ -57,3 +58,10 @@ def os_error(action: str, path: str, err: OSError) -> CommandError:
     """Any other unexpected OS failure while `action`-ing `path`."""
     reason = _WRITE_REASONS.get(err.errno or 0, err.strerror or str(err))
     return CommandError(f"Could not {action} {path}: {reason} ({_errno_name(err)}).")
+
+
+def list_error(path: str, err: OSError) -> CommandError:
+    """A directory that a `view` covers could not be listed: the whole view fails, never a
+    listing with entries missing."""
+    reason = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
+    return CommandError(f"Could not list {path}: {reason} ({_errno_name(err)}). Try again.")

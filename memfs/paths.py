@@ -21,15 +21,18 @@ choice and may be a symlink (e.g. `/memories -> /mnt/memfs`).
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 import unicodedata
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 from memfs.handler_errors import CommandError
+
+log = logging.getLogger(__name__)
 
 MEMORIES = "/memories"
 
@@ -140,6 +143,18 @@ def _is_symlink(dir_fd: int, name: str) -> bool:
         return False
 
 
+def _remove_made(made: list[tuple[int, str]]) -> None:
+    """Best effort: rmdir the directories in `made`, deepest first, never following a symlink."""
+    for parent, name in reversed(made):
+        try:
+            os.rmdir(name, dir_fd=parent)
+        except OSError as err:
+            # ENOTEMPTY/EEXIST: someone else used it meanwhile; ENOENT: already gone. Either
+            # way it is not ours to clean; anything else (EIO) cannot be helped here.
+            log.debug("could not remove the directory %s made for a refused command: %s",
+                      name, err)
+
+
 class MemoryRoot:
     """The real directory that stands for `/memories`."""
 
@@ -179,8 +194,14 @@ class MemoryRoot:
         For `/memories` itself it yields the root fd. Missing directories raise `PathMissing`
         unless `create_parents`, which makes them (mode 0700). A file where a directory is
         needed raises `PathNotDirectory`; a symlink anywhere raises `CommandError`.
+
+        With `create_parents`, if anything raises — the walk itself or the block using the fd —
+        the directories this walk made are removed again (deepest first; one that is no longer
+        empty, because someone else put something in it, stays), so a refused command leaves no
+        new directories behind.
         """
         fd = self.open_root()
+        made: list[tuple[int, str]] = []  # (dup of the parent fd, name) of each directory we made
         try:
             dirs = mp.parts[:-1]
             for i, name in enumerate(dirs, start=1):
@@ -189,15 +210,23 @@ class MemoryRoot:
                 except PathMissing:
                     if not create_parents:
                         raise
-                    # FileExistsError: made concurrently, or a dangling symlink (open refuses it).
-                    with suppress(FileExistsError):
+                    try:
                         os.mkdir(name, _NEW_DIR_MODE, dir_fd=fd)
+                    except FileExistsError:
+                        pass  # made concurrently, or a dangling symlink (open refuses it)
+                    else:
+                        made.append((os.dup(fd), name))
                     nxt = self.open_subdir(fd, name, mp, i)
                 os.close(fd)
                 fd = nxt
             yield fd
+        except BaseException:
+            _remove_made(made)
+            raise
         finally:
             os.close(fd)
+            for parent, _ in made:
+                os.close(parent)
 
     @contextmanager
     def open_dir(self, mp: MemoryPath) -> Iterator[int]:

@@ -700,47 +700,58 @@ def test_failed_write_is_reported_and_changes_nothing(
     assert h.run({"command": "view", "path": "/memories/f.md"})  # still usable
 
 
-def test_memfs_write_path_is_in_place_with_close_errors_surfaced(
+def test_memfs_write_path_is_one_transaction_with_fsync_errors_surfaced(
     h: MemoryHandler, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Pretend root is a memfs mount: the handler must write the file itself (O_TRUNC, one PUT
-    # at close), with no temp file and no rename, and report close()'s error.
+    # Pretend root is a memfs mount: the handler must edit the file itself on ONE descriptor
+    # (O_RDWR, never O_TRUNC, marked atomic: read, ftruncate, write, fsync = one conditional PUT),
+    # with no temp file and no rename, and report fsync()'s error (the upload's outcome).
     (root / "f.md").write_text("one\n")
     monkeypatch.setattr(atomic_write, "on_memfs", lambda fd: True)
     calls: list[str] = []
-    write_fds: set[int] = set()
-    real_open, real_replace = os.open, os.replace
+    real_open, real_replace, real_setxattr = os.open, os.replace, os.setxattr
 
     def spy_open(path: Any, flags: int, *a: Any, **k: Any) -> int:
         fd = real_open(path, flags, *a, **k)
         if flags & (os.O_WRONLY | os.O_RDWR):  # (os is one module: reads pass through here too)
-            calls.append(f"open {path} trunc={bool(flags & os.O_TRUNC)}")
-            write_fds.add(fd)
+            calls.append(f"open {path} rdwr={bool(flags & os.O_RDWR)} "
+                         f"trunc={bool(flags & os.O_TRUNC)}")
         return fd
+
+    def spy_setxattr(fd: int, name: str, value: bytes, *a: Any) -> None:
+        calls.append(f"setxattr {name}")
+        real_setxattr(fd, name, value, *a)
 
     def spy_replace(*a: Any, **k: Any) -> None:
         calls.append("replace")
         real_replace(*a, **k)
 
     monkeypatch.setattr(atomic_write.os, "open", spy_open)
+    monkeypatch.setattr(atomic_write.os, "setxattr", spy_setxattr)
     monkeypatch.setattr(atomic_write.os, "replace", spy_replace)
     h.run({"command": "str_replace", "path": "/memories/f.md", "old_str": "one", "new_str": "two"})
-    assert calls == ["open f.md trunc=True"]
+    assert calls == ["open f.md rdwr=True trunc=False", "setxattr user.memfs.atomic"]
     assert (root / "f.md").read_text() == "two\n"
+    calls.clear()
+    h.run({"command": "create", "path": "/memories/g.md", "file_text": "new"})
+    h.run({"command": "create", "path": "/memories/g.md", "file_text": "newer"})
+    assert calls == ["open g.md rdwr=True trunc=False", "setxattr user.memfs.atomic"] * 2
+    assert (root / "g.md").read_text() == "newer"
 
-    real_close = os.close
+    def stale_fsync(fd: int) -> None:
+        raise OSError(errno.ESTALE, "Stale file handle")  # the upload lost a race
 
-    def failing_close(fd: int) -> None:
-        real_close(fd)
-        if fd in write_fds:  # the upload at close() lost a race
-            write_fds.discard(fd)
-            raise OSError(errno.ESTALE, "Stale file handle")
-
-    monkeypatch.setattr(atomic_write.os, "close", failing_close)
-    assert err(h, command="create", path="/memories/f.md", file_text="three") == (
-        "Could not save /memories/f.md: the file was changed concurrently by another writer "
-        "(ESTALE). The command was not applied; view /memories/f.md again and retry."
-    )
+    monkeypatch.setattr(atomic_write.os, "fsync", stale_fsync)
+    for command in ({"command": "create", "path": "/memories/f.md", "file_text": "three"},
+                    {"command": "str_replace", "path": "/memories/f.md", "old_str": "two",
+                     "new_str": "three"},
+                    {"command": "insert", "path": "/memories/f.md", "insert_line": 0,
+                     "insert_text": "zero"}):
+        (root / "f.md").write_text("two\n")  # (this fake is not transactional: reset it)
+        assert err(h, **command) == (
+            "Could not save /memories/f.md: the file was changed concurrently by another writer "
+            "(ESTALE). The command was not applied; view /memories/f.md again and retry."
+        )
 
 
 def test_mount_detection_reads_mountinfo(tmp_path: Path) -> None:
