@@ -38,6 +38,10 @@ class OpenFile:
     agent: str | None = None
     # Set with the xattr user.memfs.atomic: upload at fsync() only, discard at close without it.
     atomic: bool = False
+    # A private transaction: one handle's own copy, invisible to other handles until fsync.
+    private: bool = False
+    # The last upload failed and close()/fsync() reported it: release must not retry unseen.
+    upload_failed: bool = False
     lock: trio.Lock = field(default_factory=trio.Lock)
 
 

@@ -130,6 +130,7 @@ def run(config: MountConfig) -> int:
         message = f"cannot mount {config.mountpoint}: {exc} (is /dev/fuse available?)"
         _report_ready(f"ERROR {message}")
         raise MountError(message) from None
+    fs.mounted = True
     log.info("mounted %s on %s", config.source, config.mountpoint)
     unmount = True
     try:

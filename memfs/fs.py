@@ -19,9 +19,11 @@ Rules this module follows (each bites if broken):
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -58,6 +60,23 @@ XATTR_ATOMIC = b"user.memfs.atomic"
 SMALL_FILE = 256 * 1024
 
 
+def _md5(data: bytes) -> str:
+    """S3's ETag of a single-part PUT of ``data`` (hex MD5, without quotes)."""
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
+def _thread_group(pid: int) -> int:
+    """The process a (thread) id belongs to: FUSE requests carry the calling thread's id."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return pid
+
+
 def fuse_op(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The one place errors become errnos: StoreError → its errno, surprises → logged EIO."""
 
@@ -65,7 +84,9 @@ def fuse_op(fn: Callable[..., Any]) -> Callable[..., Any]:
     async def wrapper(self: MemFS, *args: Any) -> Any:
         try:
             return await fn(self, *args)
-        except pyfuse3.FUSEError:
+        except pyfuse3.FUSEError as exc:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s%r -> %s", fn.__name__, args[:2], errno.errorcode.get(exc.errno))
             raise
         except OSError as exc:  # StoreError, QuotaExceeded: they carry the errno to report
             raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
@@ -95,6 +116,10 @@ class MemFS(pyfuse3.Operations):
         self.inodes = InodeTable(root)
         self.open_files: dict[int, OpenFile] = {}  # by inode
         self.handles: dict[int, OpenFile] = {}  # by file handle
+        # Handles turned into private transactions (xattr user.memfs.atomic), by file handle.
+        self.privates: dict[int, OpenFile] = {}
+        # Which thread and process opened each handle: xattr calls carry no file handle.
+        self.handle_owner: dict[int, tuple[int, int]] = {}
         self.dir_handles: dict[int, list[tuple[str, Node]]] = {}
         self._next_fh = 1
         self.content = ContentCache()
@@ -103,6 +128,8 @@ class MemFS(pyfuse3.Operations):
         self.ns_lock = trio.Lock()
         self._list_locks: dict[int, trio.Lock] = {}
         self.writer = f"{socket.gethostname()}/{config.instance}"
+        # Set by the daemon once pyfuse3 has a session: kernel notifications need one.
+        self.mounted = False
         self.usage = Usage(config.max_file_size, config.max_total_bytes, config.max_files)
 
     # -- helpers -----------------------------------------------------------------------------
@@ -153,8 +180,11 @@ class MemFS(pyfuse3.Operations):
         if len(key.encode()) > KEY_MAX:
             raise fail(errno.ENAMETOOLONG)
 
+    def _open_states(self) -> list[OpenFile]:
+        return [*self.open_files.values(), *self.privates.values()]
+
     def _check_file_count(self) -> None:
-        pending = sum(1 for of in self.open_files.values() if of.is_new)
+        pending = sum(1 for of in self._open_states() if of.is_new)
         self.usage.check_add(0, new_files=pending + 1)
 
     def _check_total(self, delta_bytes: int) -> None:
@@ -163,7 +193,9 @@ class MemFS(pyfuse3.Operations):
     def _is_local(self, node: Node) -> bool:
         """True when this mount holds the authoritative state (a file not yet uploaded)."""
         of = self.open_files.get(node.inode)
-        return of is not None and (of.is_new or of.dirty)
+        if of is not None and (of.is_new or of.dirty):
+            return True
+        return any(p.node is node and p.is_new for p in self.privates.values())
 
     async def _listing(self, dnode: Node) -> DirCache:
         """The directory's children: cached if fresh, else one (paginated) LIST."""
@@ -178,14 +210,15 @@ class MemFS(pyfuse3.Operations):
             listing = await self._s3(self.store.list_dir, path)
             # Fresh from when it arrived: a LIST slower than the TTL must not be stale on arrival
             # (every lookup would list again).
-            cache = DirCache(listing.files, listing.dirs, time.time(), listing.has_marker)
+            cache = DirCache(listing.files, listing.dirs, time.time(), listing.has_marker,
+                             started)
             for name, (when, what) in list(dnode.recent.items()):
                 if when >= started:
                     cache.apply(name, what)  # may have finished after S3 answered the LIST
                 else:
                     del dnode.recent[name]  # S3 had it before the LIST began
             # Files this mount created but has not uploaded yet are not in S3: keep them.
-            for of in self.open_files.values():
+            for of in self._open_states():
                 n = of.node
                 if of.is_new and not n.detached and n.parent_path() == path and n.path:
                     cache.files[n.name()] = ObjectInfo(n.size, "", n.mtime)
@@ -220,8 +253,12 @@ class MemFS(pyfuse3.Operations):
                                    cfg.uid, cfg.gid)
         if node.etag == info.etag:
             node.validated_at = max(node.validated_at, now)  # what we know is still current
-        elif info.etag:
+        elif info.etag and node.validated_at < listing.started:
+            # Only a listing sent after we last learned about the file may correct us: an
+            # older one would take size and ETag back to a version already replaced.
             node.apply_info(info, now)
+            if node.nlookup:
+                self._kernel_forget_attrs(node)
         return node
 
     async def _resolve(self, parent: Node, name: str, *, for_create: bool = False) -> Node | None:
@@ -308,7 +345,7 @@ class MemFS(pyfuse3.Operations):
                 negative.entry_timeout = self.ttl
                 return negative
             node = found
-        node.nlookup += 1
+        self.inodes.hold(node)
         return node.attributes(self.ttl)
 
     async def _read_metadata(self, node: Node) -> Node | None:
@@ -391,18 +428,25 @@ class MemFS(pyfuse3.Operations):
         node.meta_known = True
         return node.attributes(self.ttl)
 
+    def _kernel_forget_attrs(self, node: Node) -> None:
+        """The kernel caches a file's size and bounds reads by it: when the size changed behind
+        its back (another mount's version, a private transaction's commit), tell it."""
+        if self.mounted:
+            with contextlib.suppress(OSError):
+                pyfuse3.invalidate_inode(node.inode, attr_only=True)  # no writeback cache
+
     def _relookup(self, node: Node) -> None:
         parent = self.inodes.at(node.parent_path())
         name = node.name()
         self.inodes.detach(node.path)
-        if parent is not None:
+        if parent is not None and self.mounted:
             pyfuse3.invalidate_entry_async(parent.inode, name.encode(), ignore_enoent=True)
 
     @fuse_op
     async def setattr(self, inode: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
         self._writable(node.path)
-        of = self.open_files.get(inode)
+        of = self.handles.get(fh) if fh is not None else self.open_files.get(inode)
         if fields.update_size:
             if node.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
@@ -495,9 +539,9 @@ class MemFS(pyfuse3.Operations):
             if name == XATTR_USAGE:
                 await self._recount_if_stale()
             return self._root_xattrs()[name]
-        of = self.open_files.get(inode)
-        if name == XATTR_AGENT and of is not None and of.agent:
-            return of.agent.encode()
+        fh = self._handle_of(inode, ctx.pid if ctx is not None else 0)
+        if name == XATTR_AGENT and fh is not None and self.handles[fh].agent:
+            return self.handles[fh].agent.encode()
         raise fail(errno.ENODATA)
 
     @fuse_op
@@ -506,13 +550,16 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx=None) -> None:
-        """Only memfs's own, on an open file: ``user.memfs.agent`` (who is writing, recorded
-        with the upload) and ``user.memfs.atomic`` (upload at fsync only; see XATTR_ATOMIC)."""
-        of = self.open_files.get(inode)
-        if name not in (XATTR_AGENT, XATTR_ATOMIC) or of is None:
+        """Only memfs's own, on a file the calling process has open: ``user.memfs.agent`` (who
+        is writing, recorded with the upload) and ``user.memfs.atomic`` (XATTR_ATOMIC)."""
+        if name not in (XATTR_AGENT, XATTR_ATOMIC):
+            raise fail(errno.ENOTSUP)
+        # fsetxattr reaches us without the file handle: take the caller's latest handle.
+        fh = self._handle_of(inode, ctx.pid if ctx is not None else 0)
+        if fh is None:
             raise fail(errno.ENOTSUP)
         if name == XATTR_ATOMIC:
-            of.atomic = True
+            await self._make_private(fh)
             return
         try:
             agent = value.decode("ascii")
@@ -520,7 +567,47 @@ class MemFS(pyfuse3.Operations):
             raise fail(errno.EINVAL) from None
         if not agent or len(agent) > 200 or not agent.isprintable():
             raise fail(errno.EINVAL)
-        of.agent = agent
+        self.handles[fh].agent = agent
+
+    def _handle_of(self, inode: int, tid: int) -> int | None:
+        """The caller's latest handle on ``inode``: opened by the same thread if there is one
+        (agents in threads of one process each have their own), else by the same process."""
+        on_inode = [fh for fh, of in self.handles.items() if of.node.inode == inode]
+        for same in (lambda o: o[0] == tid, lambda o: o[1] == _thread_group(tid)):
+            mine = [fh for fh in on_inode if fh in self.handle_owner
+                    and same(self.handle_owner[fh])]
+            if mine:
+                return max(mine)
+        return None
+
+    async def _make_private(self, fh: int) -> None:
+        """Turn one handle into an all-or-nothing transaction of its own.
+
+        From now on its reads see the version it started from, its writes are seen by no one
+        else, fsync uploads them with one PUT conditional on that version (ESTALE if anyone
+        committed meanwhile), and a close without fsync discards them.
+        """
+        shared = self.handles[fh]
+        if shared.private:
+            shared.atomic = True
+            return
+        node = shared.node
+        async with shared.lock:
+            private = OpenFile(node, handles=1, atomic=True, private=True,
+                               is_new=shared.is_new, remote_size=shared.remote_size,
+                               agent=shared.agent)
+            if shared.is_new:
+                private.data = bytearray(shared.data or b"")
+                private.dirty = True
+            elif shared.data is not None and self._current_state(shared) and not shared.dirty:
+                private.data = bytearray(shared.data)
+                private.base_etag = shared.base_etag
+            else:  # others' uncommitted changes are not ours to start from: load S3's version
+                private.base_etag = node.etag
+            shared.handles -= 1
+            if shared.handles == 0 and self.open_files.get(node.inode) is shared:
+                del self.open_files[node.inode]
+            self.handles[fh] = self.privates[fh] = private
 
     @fuse_op
     async def removexattr(self, inode: int, name: bytes, ctx=None) -> None:
@@ -551,7 +638,7 @@ class MemFS(pyfuse3.Operations):
             if not pyfuse3.readdir_reply(token, name.encode(), node.attributes(self.ttl), i + 1):
                 break
             if i >= 2:  # '.' and '..' do not count as lookups
-                node.nlookup += 1
+                self.inodes.hold(node)
 
     @fuse_op
     async def releasedir(self, fh: int) -> None:
@@ -579,7 +666,7 @@ class MemFS(pyfuse3.Operations):
             node.mtime = node.validated_at = now
             node.listing = DirCache({}, set(), now, has_marker=True)
             self._listing_add(parent.path, text, node)
-            node.nlookup += 1
+            self.inodes.hold(node)
             return node.attributes(self.ttl)
 
     @fuse_op
@@ -612,8 +699,8 @@ class MemFS(pyfuse3.Operations):
                     raise fail(errno.EEXIST)
                 if existing.kind is Kind.DIR:
                     raise fail(errno.EISDIR)
-                fi = await self._open(existing, flags)
-                existing.nlookup += 1
+                fi = await self._open(existing, flags, ctx.pid)
+                self.inodes.hold(existing)
                 return fi, existing.attributes(self.ttl)
             path = child_path(parent.path, text)
             self._check_key(path)
@@ -625,13 +712,23 @@ class MemFS(pyfuse3.Operations):
             of = OpenFile(node, data=bytearray(), is_new=True, dirty=True)
             self.open_files[node.inode] = of
             self._listing_add(parent.path, text, node)
-            node.nlookup += 1
-            return self._new_handle(of), node.attributes(self.ttl)
+            self.inodes.hold(node)
+            return self._new_handle(of, ctx.pid), node.attributes(self.ttl)
 
-    def _new_handle(self, of: OpenFile) -> pyfuse3.FileInfo:
+    def _current_state(self, of: OpenFile) -> bool:
+        """May a new open share ``of``? Yes while it holds uncommitted writes (POSIX: readers
+        see them) or still is the version this mount knows as current, confirmed within the
+        TTL (close-to-open). A stale one keeps serving only the handles already on it."""
+        if of.dirty or of.is_new:
+            return True
+        node = of.node
+        return (of.data is None or of.base_etag == node.etag) and self._fresh(node.validated_at)
+
+    def _new_handle(self, of: OpenFile, pid: int) -> pyfuse3.FileInfo:
         of.handles += 1
         fh = self._fh()
         self.handles[fh] = of
+        self.handle_owner[fh] = (pid, _thread_group(pid))
         # The kernel's page cache is dropped at each open: what we serve is what we revalidated.
         return pyfuse3.FileInfo(fh=fh, keep_cache=False)
 
@@ -640,25 +737,28 @@ class MemFS(pyfuse3.Operations):
         node = self._node(inode)
         if node.kind is Kind.DIR:
             raise fail(errno.EISDIR)
-        return await self._open(node, flags)
+        return await self._open(node, flags, ctx.pid if ctx is not None else 0)
 
-    async def _open(self, node: Node, flags: int) -> pyfuse3.FileInfo:
+    async def _open(self, node: Node, flags: int, pid: int) -> pyfuse3.FileInfo:
         writing = flags & os.O_ACCMODE != os.O_RDONLY
         if writing or flags & os.O_TRUNC:
             self._writable(node.path)
+        if flags & os.O_TRUNC and writing:
+            # A rewrite gets a copy of its own: until its close uploads the new version, every
+            # other reader on this mount keeps seeing the old one, never an empty file.
+            private = OpenFile(node, data=bytearray(), dirty=node.size > 0, private=True,
+                               base_etag=node.etag, remote_size=node.size)
+            fi = self._new_handle(private, pid)
+            self.privates[fi.fh] = private
+            return fi
         of = self.open_files.get(node.inode)
-        if of is None:
+        if of is None or not self._current_state(of):
+            # Handles already open keep their snapshot; this open starts from S3's version.
             of = OpenFile(node, base_etag=node.etag, remote_size=node.size)
             self.open_files[node.inode] = of
         try:
             async with of.lock:
-                if flags & os.O_TRUNC:
-                    if node.size or of.data:
-                        of.dirty = True
-                        node.mtime = time.time()
-                    of.data = bytearray()
-                    node.size = 0
-                elif of.data is None and flags & os.O_ACCMODE != os.O_WRONLY:
+                if of.data is None and flags & os.O_ACCMODE != os.O_WRONLY:
                     # Readers load (and so revalidate) at open: close-to-open consistency.
                     # Write-only opens load lazily: `touch` or a chmod need no download.
                     await self._load(of)
@@ -666,7 +766,7 @@ class MemFS(pyfuse3.Operations):
             if of.handles == 0:
                 self.open_files.pop(node.inode, None)
             raise
-        return self._new_handle(of)
+        return self._new_handle(of, pid)
 
     async def _load(self, of: OpenFile) -> None:
         """Fill ``of.data``: from the content cache if its ETag is current, else one GET."""
@@ -695,6 +795,9 @@ class MemFS(pyfuse3.Operations):
         node.apply_info(info, time.time())
         self.content.put(node.path, info.etag, data)
         of.data, of.base_etag, of.remote_size = bytearray(data), info.etag, len(data)
+        # A new version: the kernel may still bound reads by the old size (whoever updated the
+        # node, a listing or this GET, the kernel was not told).
+        self._kernel_forget_attrs(node)
 
     async def _truncate(self, of: OpenFile, size: int) -> None:
         self.usage.check_file_size(size)
@@ -709,8 +812,9 @@ class MemFS(pyfuse3.Operations):
             else:
                 of.data.extend(b"\0" * (size - len(of.data)))
         of.dirty = True
-        of.node.size = size
-        of.node.mtime = time.time()
+        if not of.private:
+            of.node.size = size
+            of.node.mtime = time.time()
 
     @fuse_op
     async def read(self, fh: int, off: int, size: int) -> bytes:
@@ -736,8 +840,9 @@ class MemFS(pyfuse3.Operations):
             data.extend(b"\0" * (off - len(data)))
         data[off:off + len(buf)] = buf
         of.dirty = True
-        of.node.size = len(data)
-        of.node.mtime = time.time()
+        if not of.private:  # a transaction's size shows when it commits
+            of.node.size = len(data)
+            of.node.mtime = time.time()
         return len(buf)
 
     @fuse_op
@@ -751,11 +856,18 @@ class MemFS(pyfuse3.Operations):
     @fuse_op
     async def release(self, fh: int) -> None:
         of = self.handles.pop(fh)
+        self.privates.pop(fh, None)
+        self.handle_owner.pop(fh, None)
         of.handles -= 1
         if of.handles > 0:
             return
         try:
             if of.atomic and (of.dirty or of.is_new or of.meta_dirty):
+                self._discard(of)
+            elif of.upload_failed:
+                # close() already reported the failure; uploading now, unseen, would make a
+                # write that was reported as failed land after all.
+                log.warning("changes to %s discarded: their upload failed at close", of.node.path)
                 self._discard(of)
             else:
                 await self._flush(of, commit=False)
@@ -769,17 +881,18 @@ class MemFS(pyfuse3.Operations):
     def _discard(self, of: OpenFile) -> None:
         """Drop an atomic writer's uncommitted changes: S3 keeps what it had (or nothing)."""
         node = of.node
-        log.info("discarding uncommitted changes to %s (closed without fsync)", node.path)
+        log.info("discarding uncommitted changes to %s", node.path)
         if of.is_new and not node.detached:
             parent = self.inodes.at(node.parent_path())
             self.inodes.detach(node.path)
             self._listing_remove(node.parent_path(), node.name())
-            if parent is not None:
+            if parent is not None and self.mounted:
                 # The kernel still caches the name create() gave it: make it forget.
                 pyfuse3.invalidate_entry_async(parent.inode, node.name().encode(),
                                                deleted=node.inode, ignore_enoent=True)
-        node.size = of.remote_size
-        node.validated_at = 0.0  # re-read attributes from S3 at next use
+        if not of.private:  # a private transaction never changed the node's attributes
+            node.size = of.remote_size
+            node.validated_at = 0.0  # re-read attributes from S3 at next use
         of.dirty = of.meta_dirty = of.is_new = False
 
     async def _flush(self, of: OpenFile, *, commit: bool) -> None:
@@ -806,6 +919,8 @@ class MemFS(pyfuse3.Operations):
         path = node.path
         self._check_key(path)
         snapshot = bytes(of.data)
+        if of.private:
+            node.mtime = time.time()
         metadata = self._metadata(node, of.agent)
         self._check_total(len(snapshot) - of.remote_size)
         of.dirty = of.meta_dirty = False  # writes that land during the PUT set it again
@@ -817,37 +932,55 @@ class MemFS(pyfuse3.Operations):
         except StoreError as exc:
             if exc.errno != errno.ESTALE:
                 of.dirty = True  # keep the bytes staged: the next flush/fsync retries
+                of.upload_failed = True
                 raise
-            of.is_new = False
-            await self._save_conflict(path, snapshot, metadata)
-            self.content.discard(path)
-            of.data = None
-            of.base_etag = None
-            await self._learn_winner(node)
-            raise
+            current = await self._current(path)
+            if isinstance(current, ObjectInfo) and current.etag.strip('"') == _md5(snapshot):
+                # Our own PUT landed but its answer was lost, and botocore's retry then failed
+                # its precondition against our own new version: that is a success.
+                info = ObjectInfo(len(snapshot), current.etag, node.mtime, node.mode,
+                                  node.uid, node.gid)
+            else:
+                of.is_new = False
+                await self._save_conflict(path, snapshot, metadata)
+                self.content.discard(path)
+                of.data = None
+                of.base_etag = None
+                self._learn_winner(node, current)
+                raise
+        of.upload_failed = False
         self.usage.added(len(snapshot) - of.remote_size, new_file=of.is_new)
         of.is_new = False
         of.remote_size = len(snapshot)
         of.base_etag = info.etag
         node.etag = info.etag
+        node.size = len(snapshot)
+        if of.private:
+            self._kernel_forget_attrs(node)
         node.meta_known = True
         node.validated_at = time.time()
         self.content.put(path, info.etag, snapshot)
         if not node.detached and node.path == path:
             self._listing_add(node.parent_path(), node.name(), node)
 
-    async def _learn_winner(self, node: Node) -> None:
-        """After a lost race, learn the version that won, so the next open starts from it."""
+    async def _current(self, path: str) -> ObjectInfo | bool | None:
+        """What S3 holds at ``path`` now (None: nothing; False: could not tell)."""
         try:
-            info = await self._s3(self.store.head, node.path)
+            return await self._s3(self.store.head, path)
         except StoreError:
+            return False
+
+    def _learn_winner(self, node: Node, current: ObjectInfo | bool | None) -> None:
+        """After a lost race, adopt the version that won, so the next open starts from it."""
+        if current is False:
             node.validated_at = 0.0
             return
-        if info is None:  # the winner deleted it
+        if current is None:  # the winner deleted it
             self.inodes.detach(node.path)
             self._listing_remove(node.parent_path(), node.name())
             return
-        node.apply_info(info, time.time())
+        assert isinstance(current, ObjectInfo)
+        node.apply_info(current, time.time())
         self._listing_add(node.parent_path(), node.name(), node)
 
     async def _save_conflict(self, path: str, data: bytes, metadata: dict[str, str]) -> None:
@@ -902,7 +1035,7 @@ class MemFS(pyfuse3.Operations):
             node.apply_info(info, time.time())
             node.symlink_target = target
             self._listing_add(parent.path, text, node)
-            node.nlookup += 1
+            self.inodes.hold(node)
             return node.attributes(self.ttl)
 
     @fuse_op

@@ -37,6 +37,8 @@ class DirCache:
     fetched_at: float
     # Whether the directory has its own marker object (else it exists only through children).
     has_marker: bool = False
+    # When the LIST behind it was sent: anything this mount learned later is newer than it.
+    started: float = 0.0
 
     def names(self) -> list[str]:
         return sorted(self.dirs | self.files.keys())
@@ -185,6 +187,15 @@ class InodeTable:
         for p, n in moved:
             n.path = new + p[len(old):]
             self.by_path[n.path] = n
+
+    def hold(self, node: Node) -> None:
+        """The kernel now knows ``node`` (one more lookup). It may have been dropped while the
+        caller awaited S3 (e.g. by a releasedir): bring it back, so the inode we hand the
+        kernel always resolves."""
+        node.nlookup += 1
+        self.by_inode.setdefault(node.inode, node)
+        if not node.detached:
+            self.by_path.setdefault(node.path, node)
 
     def forget(self, inode: int, count: int) -> None:
         node = self.by_inode.get(inode)

@@ -151,7 +151,8 @@ def make_client(
 ):
     """A boto3 S3 client with bounded retries and a connection pool the daemon's limiter matches."""
     config = Config(
-        retries={"mode": "standard", "max_attempts": max_attempts},
+        # total_max_attempts counts the first attempt; botocore's max_attempts would not.
+        retries={"mode": "standard", "total_max_attempts": max_attempts},
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
         max_pool_connections=max_connections,
