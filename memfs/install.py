@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 UNIT_NAME = "memfs@.service"
+GC_UNIT_NAME = "memfs-gc@.service"
+GC_TIMER_NAME = "memfs-gc@.timer"
 ENV_EXAMPLE = "memfs.env.example"
 # The path the template ships with; replaced by the real executable on install.
 TEMPLATE_BINARY = "/usr/local/bin/memfs"
@@ -129,9 +131,14 @@ def install_unit(
     if settings and not instance:
         raise InstallError("settings need an instance name (--instance NAME)")
     written = []
-    unit_path = Path(unit_dir) / UNIT_NAME
-    _write(unit_path, render_unit(exec_cmd or default_exec()), 0o644)
-    written.append(unit_path)
+    exec_cmd = exec_cmd or default_exec()
+    for name in (UNIT_NAME, GC_UNIT_NAME):  # the mount, and expiry (`memfs gc`) on the same env
+        unit_path = Path(unit_dir) / name
+        _write(unit_path, render_unit(exec_cmd, (systemd_dir() / name).read_text()), 0o644)
+        written.append(unit_path)
+    timer_path = Path(unit_dir) / GC_TIMER_NAME
+    _write(timer_path, (systemd_dir() / GC_TIMER_NAME).read_text(), 0o644)
+    written.append(timer_path)
     if instance:
         if not INSTANCE_RE.match(instance):
             raise InstallError(f"instance name {instance!r}: use letters, digits, '_', '.', '-'")

@@ -71,19 +71,21 @@ def test_unit_creates_no_private_mount_namespace() -> None:
 def test_installed_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     unit_dir = tmp_path / "units"
     written = install.install_unit(unit_dir=unit_dir, reload=False)
-    assert written == [unit_dir / "memfs@.service"]
-    text = written[0].read_text()
-    exec_start = unit_settings(text)["ExecStart"][0]
-    binary = exec_start.split()[0]
-    assert Path(binary).is_absolute() and os.access(binary, os.X_OK), exec_start
-    # verify needs an instance; a copy named memfs@test.service is the template instantiated.
-    instance = unit_dir / "memfs@test.service"
-    instance.write_text(text)
-    result = subprocess.run(["systemd-analyze", "verify", str(instance)],
-                            capture_output=True, text=True, cwd=unit_dir)
-    # Parse problems ("Unknown key", "not executable") go to stderr with exit status 0.
-    assert result.stderr == "", result.stderr
-    assert result.returncode == 0, result.stdout
+    assert written == [unit_dir / "memfs@.service", unit_dir / "memfs-gc@.service",
+                       unit_dir / "memfs-gc@.timer"]
+    for template in ("memfs@", "memfs-gc@"):
+        text = (unit_dir / f"{template}.service").read_text()
+        exec_start = unit_settings(text)["ExecStart"][0]
+        binary = exec_start.split()[0]
+        assert Path(binary).is_absolute() and os.access(binary, os.X_OK), exec_start
+        # verify needs an instance; a copy named NAME@test.service is the template instantiated.
+        instance = unit_dir / f"{template}test.service"
+        instance.write_text(text)
+        result = subprocess.run(["systemd-analyze", "verify", str(instance)],
+                                capture_output=True, text=True, cwd=unit_dir)
+        # Parse problems ("Unknown key", "not executable") go to stderr with exit status 0.
+        assert result.stderr == "", result.stderr
+        assert result.returncode == 0, result.stdout
 
 
 def test_verify_would_catch_a_broken_unit(tmp_path: Path) -> None:
