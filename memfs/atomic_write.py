@@ -41,6 +41,8 @@ import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
+from memfs.mountinfo import MOUNTINFO, mount_entries
+
 log = logging.getLogger(__name__)
 
 _NEW_FILE_MODE = 0o600
@@ -52,36 +54,13 @@ _RENAME_NOREPLACE = 1
 _memfs_by_dev: dict[int, bool] = {}
 
 
-def _unescape_mountinfo(field: str) -> str:
-    # mountinfo escapes space, tab, newline and backslash as \ooo octal.
-    out, i = [], 0
-    while i < len(field):
-        code = field[i + 1 : i + 4]
-        if field[i] == "\\" and len(code) == 3 and code.isdigit():
-            out.append(chr(int(code, 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def fstype_of_dev(dev: int, mountinfo: str = "/proc/self/mountinfo") -> str | None:
+def fstype_of_dev(dev: int, mountinfo: str = MOUNTINFO) -> str | None:
     """The fstype of the mount whose device is `dev` (from `st_dev`), or None if not listed."""
     want = f"{os.major(dev)}:{os.minor(dev)}"
-    try:
-        with open(mountinfo, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
     found = None
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 7 or fields[2] != want or "-" not in fields[6:]:
-            continue
-        sep = fields.index("-", 6)
-        if sep + 1 < len(fields):
-            found = _unescape_mountinfo(fields[sep + 1])  # the last (topmost) match wins
+    for entry in mount_entries(mountinfo):
+        if entry.device == want:
+            found = entry.fstype  # the last (topmost) match wins
     return found
 
 

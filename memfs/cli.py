@@ -266,7 +266,7 @@ def _mount_in_background(args: argparse.Namespace, config: MountConfig) -> int:
 
 
 def cmd_umount(args: argparse.Namespace) -> int:
-    from memfs.daemon import is_mountpoint
+    from memfs.mountinfo import is_mountpoint
 
     path = Path(args.mountpoint).absolute()
     if not is_mountpoint(path):

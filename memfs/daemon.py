@@ -25,6 +25,7 @@ import trio
 from memfs import sdnotify
 from memfs.config import MountConfig
 from memfs.fs import MemFS
+from memfs.mountinfo import is_mountpoint
 from memfs.quota import Usage
 from memfs.store import Store, StoreError, make_client
 
@@ -35,12 +36,6 @@ READY_FD_ENV = "MEMFS_READY_FD"
 
 class MountError(Exception):
     """The mount cannot be made; ``str()`` is the one line for the user."""
-
-
-def is_mountpoint(path: Path) -> bool:
-    real = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == real for line in f)
 
 
 def check_mountpoint(path: Path) -> None:

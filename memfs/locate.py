@@ -26,6 +26,7 @@ from typing import Any
 import botocore.exceptions
 
 from memfs.config import ConfigError, normalize_prefix
+from memfs.mountinfo import MOUNTINFO, MountEntry, mount_entries
 
 MEMFS_FSTYPE = "fuse.memfs"
 SOURCE_XATTR = "user.memfs.source"
@@ -82,47 +83,7 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--region", help="S3 region [MEMFS_REGION]")
 
 
-def _unescape(field: str) -> str:
-    # mountinfo escapes space, tab, newline and backslash as \ooo octal.
-    out, i = [], 0
-    while i < len(field):
-        code = field[i + 1 : i + 4]
-        if field[i] == "\\" and len(code) == 3 and code.isdigit():
-            out.append(chr(int(code, 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-@dataclass(frozen=True)
-class MountEntry:
-    mountpoint: Path
-    fstype: str
-    source: str
-
-
-def mount_entries(mountinfo: str = "/proc/self/mountinfo") -> list[MountEntry]:
-    try:
-        with open(mountinfo, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 7 or "-" not in fields[6:]:
-            continue
-        sep = fields.index("-", 6)
-        if sep + 2 >= len(fields):
-            continue
-        out.append(MountEntry(Path(_unescape(fields[4])), _unescape(fields[sep + 1]),
-                              _unescape(fields[sep + 2])))
-    return out
-
-
-def memfs_mount_of(path: str | os.PathLike[str], mountinfo: str = "/proc/self/mountinfo"
+def memfs_mount_of(path: str | os.PathLike[str], mountinfo: str = MOUNTINFO
                    ) -> tuple[MountEntry, str] | None:
     """The memfs mount holding `path` and the path relative to its root, or None.
 

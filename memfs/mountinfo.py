@@ -1,0 +1,61 @@
+"""Reading /proc/self/mountinfo: which filesystems are mounted where, and of what type.
+
+Several parts need it: the daemon (is the mountpoint already mounted?), the handler (is this
+directory on a memfs mount, where an in-place rewrite is one PUT?) and the history/gc commands
+(which bucket does this mount serve?). Fields are space-separated; spaces, tabs, newlines and
+backslashes inside a field are escaped as backslash + three octal digits.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+@dataclass(frozen=True)
+class MountEntry:
+    mountpoint: Path
+    fstype: str
+    source: str
+    device: str  # "major:minor", as st_dev of files on it
+
+
+def unescape(field: str) -> str:
+    out, i = [], 0
+    while i < len(field):
+        code = field[i + 1 : i + 4]
+        if field[i] == "\\" and len(code) == 3 and code.isdigit():
+            out.append(chr(int(code, 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def mount_entries(mountinfo: str = MOUNTINFO) -> list[MountEntry]:
+    """Every mount, in the kernel's order (a later entry on the same place is on top)."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 7 or "-" not in fields[6:]:
+            continue
+        sep = fields.index("-", 6)
+        if sep + 2 >= len(fields):
+            continue
+        out.append(MountEntry(Path(unescape(fields[4])), unescape(fields[sep + 1]),
+                              unescape(fields[sep + 2]), fields[2]))
+    return out
+
+
+def is_mountpoint(path: str | os.PathLike[str], mountinfo: str = MOUNTINFO) -> bool:
+    real = Path(os.path.realpath(path))
+    return any(entry.mountpoint == real for entry in mount_entries(mountinfo))
