@@ -274,6 +274,18 @@ class MemFS(pyfuse3.Operations):
         listing = await self._listing(parent)
         return self._sync_child(parent, name, listing)
 
+    async def _new_name(self, parent_inode: int, name: str, *,
+                        directory: bool) -> tuple[Node, str]:
+        """Parent and path for an entry mkdir/symlink is about to make: EEXIST if it exists,
+        EROFS in a read-only subtree, ENAMETOOLONG past S3's key limit."""
+        parent = self._dir(parent_inode)
+        path = child_path(parent.path, name)
+        self._writable(path)
+        if await self._resolve(parent, name) is not None:
+            raise fail(errno.EEXIST)
+        self._check_key(path, directory=directory)
+        return parent, path
+
     async def _existing(self, parent: Node, name: str) -> Node:
         node = await self._resolve(parent, name)
         if node is None:
@@ -651,12 +663,7 @@ class MemFS(pyfuse3.Operations):
                     ctx) -> pyfuse3.EntryAttributes:
         text = self._name(name)
         async with self.ns_lock:
-            parent = self._dir(parent_inode)
-            path = child_path(parent.path, text)
-            self._writable(path)
-            if await self._resolve(parent, text) is not None:
-                raise fail(errno.EEXIST)
-            self._check_key(path, directory=True)
+            parent, path = await self._new_name(parent_inode, text, directory=True)
             now = time.time()
             dir_mode = stat.S_IFDIR | stat.S_IMODE(mode)
             await self._s3(self.store.put, path, b"", self._meta(dir_mode, ctx.uid, ctx.gid, now),
@@ -1019,12 +1026,7 @@ class MemFS(pyfuse3.Operations):
     async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx):
         text = self._name(name)
         async with self.ns_lock:
-            parent = self._dir(parent_inode)
-            path = child_path(parent.path, text)
-            self._writable(path)
-            if await self._resolve(parent, text) is not None:
-                raise fail(errno.EEXIST)
-            self._check_key(path)
+            parent, path = await self._new_name(parent_inode, text, directory=False)
             self._check_file_count()
             mode = stat.S_IFLNK | 0o777
             info = await self._s3(self.store.put, path, target,
