@@ -736,6 +736,9 @@ class MemFS(pyfuse3.Operations):
         fh = self._fh()
         self.handles[fh] = of
         self.handle_owner[fh] = (pid, _thread_group(pid))
+        # The kernel bounds reads by the size it cached; a commit or listing may have changed
+        # it meanwhile. Dropping its cached attributes makes a read past that size ask getattr.
+        self._kernel_forget_attrs(of.node)
         # The kernel's page cache is dropped at each open: what we serve is what we revalidated.
         return pyfuse3.FileInfo(fh=fh, keep_cache=False)
 
@@ -1085,7 +1088,7 @@ class MemFS(pyfuse3.Operations):
                 if dst is not None and dst.kind is Kind.DIR:
                     raise fail(errno.EISDIR)
                 self._check_key(dst_path)
-                await self._rename_file(src, dst_path)
+                await self._rename_file(src, dst_path, replacing=dst is not None)
                 if dst is not None:
                     self.usage.removed(dst.size)
             src_path = src.path
@@ -1095,15 +1098,23 @@ class MemFS(pyfuse3.Operations):
             self._listing_add(dst_parent.path, dst_name, src)
             await self._keep_directory(src_parent)
 
-    async def _rename_file(self, src: Node, dst_path: str) -> None:
+    async def _rename_file(self, src: Node, dst_path: str, *, replacing: bool) -> None:
         """COPY to the new key, then DELETE the old one (S3 has no rename)."""
         of = self.open_files.get(src.inode)
         if of is not None:
             async with of.lock:
                 if of.is_new or of.dirty:
                     await self._upload(of)  # move what the writer has, not an older version
-        src.etag = await self._s3(self.store.copy, src.path, dst_path, src_etag=src.etag)
-        await self._s3(self.store.delete, src.path)
+        new_etag = await self._s3(self.store.copy, src.path, dst_path, src_etag=src.etag)
+        try:
+            await self._s3(self.store.delete, src.path)
+        except StoreError:
+            if not replacing:
+                # Reported as failed, so leave no copy behind: S3 keeps just the source.
+                with contextlib.suppress(StoreError):
+                    await self._s3(self.store.delete, dst_path)
+            raise
+        src.etag = new_etag
         if of is not None:
             of.base_etag = src.etag
 
