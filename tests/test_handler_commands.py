@@ -15,6 +15,7 @@ import pytest
 from memfs import atomic_write
 from memfs.handler import CommandError, MemoryHandler, serve_jsonl, tool_result
 from memfs.memory_view import VIEW_CHAR_LIMIT
+from tests.test_handler_support import tree
 
 LISTING = (
     "Here're the files and directories up to 2 levels deep in {}, "
@@ -40,17 +41,6 @@ def err(h: MemoryHandler, **command: Any) -> str:
     with pytest.raises(CommandError) as info:
         h.run(command)
     return str(info.value)
-
-
-def tree(root: Path) -> dict[str, bytes | None]:
-    out: dict[str, bytes | None] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for d in dirnames:
-            out[os.path.relpath(os.path.join(dirpath, d), root) + "/"] = None
-        for f in filenames:
-            p = os.path.join(dirpath, f)
-            out[os.path.relpath(p, root)] = Path(p).read_bytes()
-    return out
 
 
 # -- view -------------------------------------------------------------------------------------
