@@ -16,7 +16,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,6 +23,9 @@ import boto3
 import pytest
 import requests
 from botocore.config import Config
+
+from memfs.mountinfo import is_mountpoint as is_mounted  # re-exported: many tests import it here
+from memfs.mountinfo import wait_for_mount
 
 BUCKET = "memfs-test"
 REGION = "us-east-1"
@@ -85,12 +87,6 @@ def s3(s3_reset: str):
     return client
 
 
-def is_mounted(path: Path) -> bool:
-    real = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == real for line in f)
-
-
 def memfs_cmd() -> list[str]:
     return [sys.executable, "-m", "memfs"]
 
@@ -126,14 +122,11 @@ class Mounts:
         with open(log, "wb") as logf:
             proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=proc_env)
         self.procs.append((proc, mnt, log))
-        deadline = time.monotonic() + 20
-        while not is_mounted(mnt):
-            if proc.poll() is not None:
-                raise AssertionError(f"memfs exited {proc.returncode}:\n{log.read_text()}")
-            if time.monotonic() > deadline:
+        reason = wait_for_mount(mnt, proc, timeout=20)
+        if reason is not None:
+            if proc.poll() is None:  # timed out: do not leave the daemon behind
                 proc.kill()
-                raise AssertionError(f"mount did not appear within 20 s:\n{log.read_text()}")
-            time.sleep(0.05)
+            raise AssertionError(f"memfs {reason}:\n{log.read_text()}")
         return mnt
 
     def unmount(self, mnt: Path) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from memfs.mountinfo import wait_for_mount
 from tests.conftest import BUCKET, is_mounted
 
 PREFIX = "shared/"
@@ -52,13 +53,9 @@ class S3fsMounts:
         with open(log, "wb") as logf:
             proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=env)
         self.live.append((proc, mnt, log))
-        deadline = time.monotonic() + 20
-        while not is_mounted(mnt):
-            if proc.poll() is not None:
-                raise AssertionError(f"s3fs exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"s3fs did not mount within 20 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.05)
+        reason = wait_for_mount(mnt, proc, timeout=20)
+        if reason is not None:
+            raise AssertionError(f"s3fs {reason}:\n{log.read_text()[-3000:]}")
         return mnt
 
     def close(self) -> None:

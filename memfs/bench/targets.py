@@ -22,6 +22,8 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 
+from memfs.mountinfo import is_mountpoint, wait_for_mount
+
 REGION = "us-east-1"
 KEY_ID = "testing"
 SECRET = "testing"
@@ -99,22 +101,6 @@ def populate(moto_url: str, bucket: str, keys: list[str], body: bytes, threads: 
         list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=k, Body=body), keys))
 
 
-def is_mounted(path: Path) -> bool:
-    real = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == real for line in f)
-
-
-def _wait_mounted(mnt: Path, proc: subprocess.Popen | None, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not is_mounted(mnt):
-        if proc is not None and proc.poll() is not None and proc.returncode != 0:
-            raise MountError(f"exited {proc.returncode}: {_last_line(log)}")
-        if time.monotonic() > deadline:
-            raise MountError(f"mount did not appear within {timeout:.0f} s: {_last_line(log)}")
-        time.sleep(0.05)
-
-
 def _last_line(log: Path) -> str:
     try:
         lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
@@ -124,7 +110,7 @@ def _last_line(log: Path) -> str:
 
 
 def _unmount(mnt: Path, proc: subprocess.Popen | None) -> None:
-    if is_mounted(mnt):
+    if is_mountpoint(mnt):
         r = subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True, timeout=60)
         if r.returncode != 0:  # busy or dead daemon: detach rather than leave it behind
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True, timeout=60)
@@ -193,7 +179,10 @@ def mounted(kind: str, bucket: str, s3_url: str, workdir: Path) -> Iterator[Path
         proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=env,
                                 stdin=subprocess.DEVNULL)
     try:
-        _wait_mounted(mnt, proc, log, timeout=30)
+        # A zero exit is a daemonizing mounter handing off to its child: keep waiting.
+        reason = wait_for_mount(mnt, proc, timeout=30, zero_exit_ok=True)
+        if reason is not None:
+            raise MountError(f"{reason}: {_last_line(log)}")
     except BaseException:
         _unmount(mnt, proc)
         if proc.poll() is None:

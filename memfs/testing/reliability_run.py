@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from memfs.handler import MemoryHandler
+from memfs.mountinfo import is_mountpoint, wait_for_mount
 from memfs.testing.agents import (
     SoloAgent,
     Stats,
@@ -65,12 +66,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _mounted(path: Path) -> bool:
-    real = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == real for line in f)
 
 
 class Lab:
@@ -113,12 +108,10 @@ class Lab:
         with open(log, "wb") as logf:
             proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT)
         self.daemons.append((proc, mnt, log))
-        deadline = time.monotonic() + 30
-        while not _mounted(mnt):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"mount failed:\n{log.read_text()}")
-            time.sleep(0.05)
+        reason = wait_for_mount(mnt, proc, timeout=30)
+        if reason is not None:
+            proc.kill()
+            raise RuntimeError(f"mount failed ({reason}):\n{log.read_text()}")
         return mnt, proc
 
     def unmount(self, mnt: Path) -> None:
@@ -137,9 +130,9 @@ class Lab:
 
     def close(self) -> None:
         for proc, mnt, _log in self.daemons:
-            if proc.poll() is None or _mounted(mnt):
+            if proc.poll() is None or is_mountpoint(mnt):
                 self.unmount(mnt)
-                if _mounted(mnt):
+                if is_mountpoint(mnt):
                     subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
         self.server.stop()
 
