@@ -1109,14 +1109,37 @@ class MemFS(pyfuse3.Operations):
         try:
             await self._s3(self.store.delete, src.path)
         except StoreError:
+            copy_removed = False
             if not replacing:
                 # Reported as failed, so leave no copy behind: S3 keeps just the source.
                 with contextlib.suppress(StoreError):
                     await self._s3(self.store.delete, dst_path)
+                    copy_removed = True
+            if not copy_removed:
+                self._show_copy(src, dst_path, new_etag)
             raise
         src.etag = new_etag
         if of is not None:
             of.base_etag = src.etag
+
+    def _show_copy(self, src: Node, dst_path: str, etag: str) -> None:
+        """A failed rename left its copy (it replaced the destination, or could not be
+        removed): S3 holds both names. Show ``dst_path`` as S3 has it (version ``etag`` of
+        ``src``'s bytes), here and in the kernel, which may cache "no such name"; otherwise a
+        view would call the copy missing, or serve a replaced file's old bytes, for a TTL."""
+        node = self.inodes.at(dst_path)
+        if node is None or node.kind is not Kind.FILE:
+            node = self.inodes.add(dst_path, Kind.FILE, src.mode, src.uid, src.gid)
+        node.apply_info(ObjectInfo(src.size, etag, src.mtime, src.mode, src.uid, src.gid),
+                        time.time())
+        self.content.discard(dst_path)
+        self._listing_add(node.parent_path(), node.name(), node)
+        parent = self.inodes.at(node.parent_path())
+        if self.mounted:
+            self._kernel_forget_attrs(node)
+            if parent is not None:
+                pyfuse3.invalidate_entry_async(parent.inode, node.name().encode(),
+                                               ignore_enoent=True)
 
     async def _rename_dir(self, src: Node, dst_path: str, dst: Node | None) -> None:
         """Copy every object under the directory, then delete the originals (not atomic)."""

@@ -7,7 +7,7 @@ afterwards S3 must hold exactly the acknowledged state (a model of acknowledged 
 object by object with boto3): no lost acknowledged write, no partial or empty object. The
 500-command variant at 10% is ``scripts/reliability faults``.
 
-The last three tests pin single fault cases where the error a writer gets and what S3 holds
+The last tests pin single fault cases where the error a writer gets and what S3 holds
 disagree (see docs/RELIABILITY.md, "Findings").
 """
 
@@ -29,6 +29,7 @@ from memfs.testing.agents import (
     s3_objects,
 )
 from memfs.testing.s3proxy import (
+    DELETE,
     INTERNAL_ERROR,
     LIST,
     PUT,
@@ -69,14 +70,15 @@ def _session(mnt, proxy: S3Proxy, faults: Faults, commands: int, seed: int):
 
 
 def _assert_clean(agent: SoloAgent, stats, s3) -> dict[str, bytes]:
-    assert stats.unexpected == []
-    assert stats.violations == []
+    assert stats.unexpected == [], "\n".join(stats.unexpected)
+    assert stats.violations == [], "\n".join(stats.violations)
     # Every failure is one of the handler's sentences naming EIO, never a traceback or a repr
     # ("missing" answers the re-view of a path whose failed creation did not land).
     assert set(stats.errors) <= {"save:EIO", "os:EIO", "root:EIO", "vanished", "missing"}, \
         stats.samples
     objects = s3_objects(s3, BUCKET)
-    assert check_solo([agent], objects) == []
+    problems = check_solo([agent], objects)
+    assert problems == [], "\n".join(problems)  # each problem names its command history
     assert all(memory_objects(objects).values()), "an empty object in S3"
     return objects
 
@@ -170,3 +172,29 @@ def test_a_directory_view_never_hides_files_behind_an_s3_error(proxy, mount_fact
     except CommandError:
         return  # an error is an honest answer
     assert "notes/f.md" in out, f"a listing without the file, as success: {out!r}"
+
+
+@pytest.mark.parametrize("replacing", [False, True], ids=["new-name", "replacing"])
+def test_a_failed_rename_shows_the_copy_it_could_not_remove(
+        proxy, mount_factory, s3, replacing: bool) -> None:
+    """COPY landed, the DELETE of the source failed, and so did removing the copy: S3 holds
+    both names, and the mount must show both (not call the copy missing, nor serve a replaced
+    destination's old bytes) while the rename is reported as failed."""
+    mnt = _mount(mount_factory, proxy, "--s3-attempts", "1", "--metadata-ttl", "30")
+    h = MemoryHandler(mnt)
+    h.run({"command": "create", "path": "/memories/a.md", "file_text": "alpha\n"})
+    if replacing:
+        h.run({"command": "create", "path": "/memories/b.md", "file_text": "old b\n"})
+        assert (mnt / "b.md").read_text() == "old b\n"  # cached by this mount
+    else:
+        assert not (mnt / "b.md").exists()  # the kernel caches "no such name" for 30 s
+    # Fails the DELETE of a.md and (new-name case) the DELETE that would remove the copy.
+    proxy.set_faults(Faults(rules=(FaultRule(INTERNAL_ERROR, op=DELETE, times=2),)))
+    with pytest.raises(OSError):
+        os.rename(mnt / "a.md", mnt / "b.md")
+    proxy.set_faults(None)
+    objects = s3_objects(s3, BUCKET)
+    assert objects["a.md"] == objects["b.md"] == b"alpha\n"
+    assert (mnt / "a.md").read_text() == "alpha\n"
+    assert (mnt / "b.md").read_text() == "alpha\n"
+    assert sorted(os.listdir(mnt)) == ["a.md", "b.md"]

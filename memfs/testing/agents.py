@@ -48,7 +48,7 @@ def error_kind(text: str) -> str:
         m = re.search(r"\((E[A-Z]+)\)\. The command was not applied", text)
         return f"save:{m.group(1) if m else '?'}"
     if text.startswith("Could not "):
-        m = re.search(r"\((E[A-Z]+)\)\.$", text)
+        m = re.search(r"\((E[A-Z]+)\)\.", text)  # "... (EIO)." or "... (EIO). Try again."
         return f"os:{m.group(1) if m else '?'}"
     if text.startswith("The memory directory is not available"):
         return "root:" + ("EIO" if "Input/output error" in text else "?")
@@ -175,6 +175,10 @@ class SoloAgent:
     # paths
     def display(self, rel: str) -> str:
         return f"{ROOT}/{self.name}/{rel}"
+
+    def history_of(self, display: str, last: int = 4) -> str:
+        """The last commands that named ``display``, for a finding's message."""
+        return " ; ".join([line for line in self.history if display in line][-last:])
 
     def _fresh_line(self) -> str:
         self.n += 1
@@ -308,8 +312,10 @@ class SoloAgent:
         known = {rel for rel in self.files if rel.count("/") <= 1}
         unsure = set(self.maybe)
         if (listed - unsure) != known:
+            odd = sorted((listed - unsure) ^ known)
             self.stats.violations.append(
-                f"view {display}: lists {sorted(listed - unsure)}, acknowledged {sorted(known)}")
+                f"view {display}: lists {sorted(listed - unsure)}, acknowledged {sorted(known)}"
+                " | history: " + " ; ".join(self.history_of(self.display(rel)) for rel in odd))
 
     def _rename(self, rel: str) -> None:
         dst = f"{self.rng.choice(self.DIRS)}/{self.rng.choice(self.NAMES)}"
@@ -353,7 +359,8 @@ class SoloAgent:
         if seen not in (before, after):
             self.stats.violations.append(
                 f"{self.display(rel)} after a failed command holds {(seen or '')[:120]!r}, "
-                f"neither the state before {(before or '')[:60]!r} nor after it")
+                f"neither the state before {(before or '')[:60]!r} nor after it | history: "
+                + self.history_of(self.display(rel)))
         elif single and seen == after and after != before:
             # One write that reported an error yet landed: the error was not the truth.
             self.stats.applied_despite_error += 1
@@ -506,10 +513,9 @@ def check_solo(agents: Iterable[SoloAgent], objects: Mapping[str, bytes]) -> lis
             problems.append(f"{key}: in S3 but never acknowledged")
         for i, problem in enumerate(problems):
             key = problem.split(":", 1)[0]
-            display = f"{ROOT}/{key}"
-            related = [line for line in a.history if display in line][-4:]
+            related = a.history_of(f"{ROOT}/{key}")
             if related:
-                problems[i] = problem + " | history: " + " ; ".join(related)
+                problems[i] = problem + " | history: " + related
     return problems
 
 
