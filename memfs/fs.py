@@ -720,7 +720,8 @@ class MemFS(pyfuse3.Operations):
             self.open_files[node.inode] = of
             self._listing_add(parent.path, text, node)
             self.inodes.hold(node)
-            return self._new_handle(of, ctx.pid), node.attributes(self.ttl)
+            writing = flags & os.O_ACCMODE != os.O_RDONLY
+            return self._new_handle(of, ctx.pid, writing=writing), node.attributes(self.ttl)
 
     def _current_state(self, of: OpenFile) -> bool:
         """May a new open share ``of``? Yes while it holds uncommitted writes (POSIX: readers
@@ -731,7 +732,16 @@ class MemFS(pyfuse3.Operations):
         node = of.node
         return (of.data is None or of.base_etag == node.etag) and self._fresh(node.validated_at)
 
-    def _new_handle(self, of: OpenFile, pid: int) -> pyfuse3.FileInfo:
+    def _new_handle(self, of: OpenFile, pid: int, *, writing: bool) -> pyfuse3.FileInfo:
+        # Trap: the kernel caches a file's pages per inode, not per handle, while memfs lets
+        # handles of one inode hold different versions (transactions, O_TRUNC rewrites, readers
+        # still on a version replaced since). A handle reading its version through the cache
+        # fills it with bytes another handle then reads as its own. So handles that may diverge
+        # bypass the cache (direct_io): writers (any may become a private transaction) and
+        # opens made while handles on another version are still open. Readers of the one
+        # current version keep the cache. (direct_io refuses MAP_SHARED; MAP_PRIVATE works.)
+        direct = writing or of.private or any(
+            other is not of and other.node is of.node for other in self.handles.values())
         of.handles += 1
         fh = self._fh()
         self.handles[fh] = of
@@ -740,7 +750,7 @@ class MemFS(pyfuse3.Operations):
         # it meanwhile. Dropping its cached attributes makes a read past that size ask getattr.
         self._kernel_forget_attrs(of.node)
         # The kernel's page cache is dropped at each open: what we serve is what we revalidated.
-        return pyfuse3.FileInfo(fh=fh, keep_cache=False)
+        return pyfuse3.FileInfo(fh=fh, keep_cache=False, direct_io=direct)
 
     @fuse_op
     async def open(self, inode: int, flags: int, ctx=None) -> pyfuse3.FileInfo:
@@ -758,7 +768,7 @@ class MemFS(pyfuse3.Operations):
             # other reader on this mount keeps seeing the old one, never an empty file.
             private = OpenFile(node, data=bytearray(), dirty=node.size > 0, private=True,
                                base_etag=node.etag, remote_size=node.size)
-            fi = self._new_handle(private, pid)
+            fi = self._new_handle(private, pid, writing=True)
             self.privates[fi.fh] = private
             return fi
         of = self.open_files.get(node.inode)
@@ -776,7 +786,7 @@ class MemFS(pyfuse3.Operations):
             if of.handles == 0:
                 self.open_files.pop(node.inode, None)
             raise
-        return self._new_handle(of, pid)
+        return self._new_handle(of, pid, writing=writing)
 
     async def _load(self, of: OpenFile) -> None:
         """Fill ``of.data``: from the content cache if its ETag is current, else one GET."""

@@ -120,3 +120,40 @@ def test_mount_survives_its_bucket_objects_vanishing(mnt: Path, s3) -> None:
     assert os.listdir(mnt) == []
     (mnt / "again").write_text("fine")
     assert (mnt / "again").read_text() == "fine"
+
+
+@pytest.mark.parametrize("older_kind", ["transaction", "reader"])
+@pytest.mark.parametrize("newer_kind", ["transaction", "reader"])
+def test_handles_on_different_versions_never_read_each_others_bytes(
+        mount_factory, older_kind: str, newer_kind: str) -> None:
+    """The kernel caches file pages per inode, not per handle. Two handles of one file on one
+    mount may hold different versions (a transaction's private copy; a reader opened before a
+    commit keeps its version). The older one reading after the newer one opened must not fill
+    the cache the newer one then reads from, nor the reverse."""
+    mnt = mount_factory()
+    path = mnt / "f.md"
+    path.write_text("version one\n")
+
+    def open_handle(kind: str) -> int:
+        if kind == "reader":
+            return os.open(path, os.O_RDONLY)  # loads its version at open, reads it later
+        fd = os.open(path, os.O_RDWR)
+        os.setxattr(fd, "user.memfs.atomic", b"1")
+        return fd
+
+    older = open_handle(older_kind)
+    try:
+        fd = os.open(path, os.O_RDWR)
+        os.setxattr(fd, "user.memfs.atomic", b"1")
+        os.pwrite(fd, b"version two\n", 0)  # same length: the size cannot tell them apart
+        os.fsync(fd)
+        os.close(fd)
+        newer = open_handle(newer_kind)
+        try:
+            assert os.pread(older, 100, 0) == b"version one\n"  # its snapshot, as promised
+            assert os.pread(newer, 100, 0) == b"version two\n"
+        finally:
+            os.close(newer)
+    finally:
+        os.close(older)
+    assert path.read_text() == "version two\n"
