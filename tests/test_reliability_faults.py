@@ -94,10 +94,6 @@ def test_faults_at_10_percent_are_absorbed_by_bounded_retries(proxy, mount_facto
     assert elapsed < 300  # bounded, not hanging
 
 
-# Known intermittent failure: a rename whose COPY landed but whose DELETE failed was reported
-# as failed while the copy stayed. The rename now removes the copy before reporting; strict=False
-# until this 10%-fault session has passed repeatedly. See the session notes.
-@pytest.mark.xfail(strict=False, reason="intermittent: partially applied rename (notes)")
 def test_faults_that_outlast_retries_surface_as_clear_errors_and_lose_nothing(
         proxy, mount_factory, s3) -> None:
     mnt = _mount(mount_factory, proxy, "--s3-attempts", "1", "--s3-timeout", "5")
