@@ -56,6 +56,7 @@ class LegResult:
     counts: dict[str, int] = field(default_factory=dict)
     commands: list[Cmd] = field(default_factory=list)
     note: str = ""
+    skipped: bool = False  # left out by choice (status says why), not a failure
 
     @property
     def ok(self) -> bool:
