@@ -9,6 +9,7 @@ Scenarios (``python -m memfs.testing.reliability_run [SCENARIO ...]``, default a
 * ``faults`` — a 500-command agent session at a 10% fault rate (500, 503 SlowDown, resets,
   stalls), once with memfs's default retries and once with ``--s3-attempts 1`` so that faults
   reach the agent as errors;
+* ``sweep`` — the CI fault test's harshest session (25%, ``--s3-attempts 1``) over 40 seeds;
 * ``load`` — 8 agents x 250 commands on one mount, and across two mounts;
 * ``storm`` — 4 agents on two mounts editing the same two files (designed conflicts);
 * ``crash`` — ``kill -9`` of the daemon during heavy writes (3 rounds), then a SIGTERM round
@@ -59,7 +60,7 @@ from memfs.testing.s3proxy import INTERNAL_ERROR, RESET, SLOW_DOWN, STALL, Fault
 
 BUCKET = "memfs-reliability"
 REGION = "us-east-1"
-SCENARIOS = ("faults", "load", "storm", "crash")
+SCENARIOS = ("faults", "sweep", "load", "storm", "crash")
 
 
 def _free_port() -> int:
@@ -137,16 +138,19 @@ class Lab:
         self.server.stop()
 
 
-def _faults(lab: Lab, commands: int, rate: float, attempts: str | None) -> dict[str, Any]:
+SESSION_FAULTS = (INTERNAL_ERROR, SLOW_DOWN, RESET, STALL)
+
+
+def _faults(lab: Lab, commands: int, rate: float, attempts: str | None, *, seed: int = 2026,
+            fault_seed: int = 7, kinds: tuple[str, ...] = SESSION_FAULTS) -> dict[str, Any]:
     lab.fresh_bucket()
     with S3Proxy(lab.endpoint) as proxy:
         flags = ["--metadata-ttl", "0.5", "--s3-timeout", "5"]
         if attempts:
             flags += ["--s3-attempts", attempts]
         mnt, proc = lab.mount(*flags, endpoint=proxy.url)
-        agent = SoloAgent(MemoryHandler(mnt), "agent0", seed=2026)
-        proxy.set_faults(Faults(rate=rate, seed=7, stall_s=0.5,
-                                kinds=(INTERNAL_ERROR, SLOW_DOWN, RESET, STALL)))
+        agent = SoloAgent(MemoryHandler(mnt), "agent0", seed=seed)
+        proxy.set_faults(Faults(rate=rate, seed=fault_seed, stall_s=0.5, kinds=kinds))
         started = time.monotonic()
         stats = agent.run(commands)
         elapsed = time.monotonic() - started
@@ -162,7 +166,9 @@ def _faults(lab: Lab, commands: int, rate: float, attempts: str | None) -> dict[
         by_kind[r.fault or "?"] = by_kind.get(r.fault or "?", 0) + 1
     return {
         "stats": stats.as_dict(), "faults_injected": len(injected), "faults_by_kind": by_kind,
-        "s3_requests": requests_total, "problems": check_solo([agent], objects),
+        "s3_requests": requests_total,
+        # Broken promises seen during the session (a wrong read), then S3 against the model.
+        "problems": stats.unexpected + stats.violations + check_solo([agent], objects),
         "bytes_lost": solo_lost_bytes([agent], objects),
         "conflict_copies": len(conflict_objects(objects)), "peak_rss_kb": rss,
         "daemon_alive": alive, "seconds": round(elapsed, 1),
@@ -175,6 +181,30 @@ def scenario_faults(lab: Lab, quick: bool) -> dict[str, Any]:
         "default retries": _faults(lab, n, 0.10, None),
         "--s3-attempts 1": _faults(lab, n, 0.10, "1"),
     }
+
+
+def scenario_sweep(lab: Lab, quick: bool) -> dict[str, Any]:
+    """The CI test's harshest session (25% faults that outlast retries: ``--s3-attempts 1``,
+    150 commands) over many seeds. Bugs that depend on which request fails show in a few
+    seeds of many: the failed rename that hid its copy did in 10 of 60."""
+    seeds = range(5 if quick else 40)
+    runs = {s: _faults(lab, 150, 0.25, "1", seed=s, fault_seed=1000 + s,
+                       kinds=(INTERNAL_ERROR, SLOW_DOWN, RESET)) for s in seeds}
+    stats = Stats()
+    for r in runs.values():
+        st = r["stats"]
+        stats.commands += st["commands"]
+        stats.ok += st["ok"]
+        stats.errors.update(st["errors"])
+        stats.applied_despite_error += st["applied_despite_error"]
+    return {f"{len(runs)} seeds x 150 commands at 25%, --s3-attempts 1": {
+        "stats": stats.as_dict(),
+        "faults_injected": sum(r["faults_injected"] for r in runs.values()),
+        "problems": [f"seed {s}: {p}" for s, r in runs.items() for p in r["problems"]],
+        "failing_seeds": [s for s, r in runs.items() if r["problems"]],
+        "bytes_lost": sum(r["bytes_lost"] for r in runs.values()),
+        "peak_rss_kb": max(r["peak_rss_kb"] for r in runs.values()),
+        "seconds": round(sum(r["seconds"] for r in runs.values()), 1)}}
 
 
 def _load(lab: Lab, mounts: int, agents: int, commands: int) -> dict[str, Any]:
@@ -290,8 +320,8 @@ def scenario_crash(lab: Lab, quick: bool) -> dict[str, Any]:
 
 
 RUNNERS: dict[str, Callable[[Lab, bool], dict[str, Any]]] = {
-    "faults": scenario_faults, "load": scenario_load, "storm": scenario_storm,
-    "crash": scenario_crash,
+    "faults": scenario_faults, "sweep": scenario_sweep, "load": scenario_load,
+    "storm": scenario_storm, "crash": scenario_crash,
 }
 
 
