@@ -1138,8 +1138,8 @@ class MemFS(pyfuse3.Operations):
         ``src``'s bytes), here and in the kernel, which may cache "no such name"; otherwise a
         view would call the copy missing, or serve a replaced file's old bytes, for a TTL."""
         node = self.inodes.at(dst_path)
-        if node is None or node.kind is not Kind.FILE:
-            node = self.inodes.add(dst_path, Kind.FILE, src.mode, src.uid, src.gid)
+        if node is None or node.kind is not src.kind:  # a file, or a symlink
+            node = self.inodes.add(dst_path, src.kind, src.mode, src.uid, src.gid)
         node.apply_info(ObjectInfo(src.size, etag, src.mtime, src.mode, src.uid, src.gid),
                         time.time())
         self.content.discard(dst_path)

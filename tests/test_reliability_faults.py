@@ -194,3 +194,16 @@ def test_a_failed_rename_shows_the_copy_it_could_not_remove(
     assert (mnt / "a.md").read_text() == "alpha\n"
     assert (mnt / "b.md").read_text() == "alpha\n"
     assert sorted(os.listdir(mnt)) == ["a.md", "b.md"]
+
+
+def test_a_failed_rename_of_a_symlink_shows_its_copy_as_a_symlink(
+        proxy, mount_factory, s3) -> None:
+    mnt = _mount(mount_factory, proxy, "--s3-attempts", "1", "--metadata-ttl", "30")
+    os.symlink("target.md", mnt / "link")
+    assert not (mnt / "moved").exists()
+    proxy.set_faults(Faults(rules=(FaultRule(INTERNAL_ERROR, op=DELETE, times=2),)))
+    with pytest.raises(OSError):
+        os.rename(mnt / "link", mnt / "moved")
+    proxy.set_faults(None)
+    assert os.readlink(mnt / "link") == os.readlink(mnt / "moved") == "target.md"
+    assert set(s3_objects(s3, BUCKET)) >= {"link", "moved"}
