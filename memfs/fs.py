@@ -352,9 +352,15 @@ class MemFS(pyfuse3.Operations):
             if found is not None and not found.meta_known and not self._is_local(found):
                 found = await self._read_metadata(found)
             if found is None:
+                # "No such name", not cached by the kernel (timeout 0): the next lookup asks us
+                # again, and we answer from the listing cache (no request while it is fresh).
+                # A name can appear through this mount without the kernel's knowledge: a failed
+                # rename's copy that stayed (_show_copy). Invalidating the kernel's negative
+                # entry then can only be asynchronous (the kernel holds the directory locks
+                # until we reply), and the agent's next command can come first.
                 negative = pyfuse3.EntryAttributes()
                 negative.st_ino = 0
-                negative.entry_timeout = self.ttl
+                negative.entry_timeout = 0
                 return negative
             node = found
         self.inodes.hold(node)
@@ -1135,7 +1141,7 @@ class MemFS(pyfuse3.Operations):
     def _show_copy(self, src: Node, dst_path: str, etag: str) -> None:
         """A failed rename left its copy (it replaced the destination, or could not be
         removed): S3 holds both names. Show ``dst_path`` as S3 has it (version ``etag`` of
-        ``src``'s bytes), here and in the kernel, which may cache "no such name"; otherwise a
+        ``src``'s bytes), in the listing and in the kernel's cached attributes; otherwise a
         view would call the copy missing, or serve a replaced file's old bytes, for a TTL."""
         node = self.inodes.at(dst_path)
         if node is None or node.kind is not src.kind:  # a file, or a symlink

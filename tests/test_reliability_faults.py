@@ -183,7 +183,7 @@ def test_a_failed_rename_shows_the_copy_it_could_not_remove(
         h.run({"command": "create", "path": "/memories/b.md", "file_text": "old b\n"})
         assert (mnt / "b.md").read_text() == "old b\n"  # cached by this mount
     else:
-        assert not (mnt / "b.md").exists()  # the kernel caches "no such name" for 30 s
+        assert not (mnt / "b.md").exists()  # this mount's listing says "no such name"
     # Fails the DELETE of a.md and (new-name case) the DELETE that would remove the copy.
     proxy.set_faults(Faults(rules=(FaultRule(INTERNAL_ERROR, op=DELETE, times=2),)))
     with pytest.raises(OSError):
