@@ -31,10 +31,10 @@ SESSION_LEGS = (
 FS_LEGS = (("floor (boto3)", "floor"), ("memfs", "memfs"), ("s3fs", "s3fs"),
            ("rclone", "rclone"), ("local", "local"))
 #: Peers whose shell and scale rows run only at the first --rtt-ms unless --peers-every-rtt.
-#: They send a request (or several) per file, one at a time, so at 10 ms those rows took 9 of
-#: the full run's 19 minutes, and their request counts do not depend on the RTT (the same as in
-#: the first table). The agent session, the number that matters most, runs every leg at every
-#: RTT.
+#: They send a request (or several) per file, one at a time, so at 10 ms those rows take about
+#: 13 minutes (shell 5 at 1bd0a29, scale 8 at 27d9ccc), and their request counts do not depend
+#: on the RTT (the same as in the first table). The agent session, the number that matters
+#: most, runs every leg at every RTT.
 SLOW_PEERS = ("s3fs", "rclone")
 #: rclone uploads after close (--vfs-write-back 1s): after a step that wrote, wait until no
 #: request has come for this long (> the 1 s write-back) to count its uploads. Not timed.
