@@ -120,6 +120,9 @@ class MemFS(pyfuse3.Operations):
         self.privates: dict[int, OpenFile] = {}
         # Which thread and process opened each handle: xattr calls carry no file handle.
         self.handle_owner: dict[int, tuple[int, int]] = {}
+        # Handles opened with O_APPEND: their writes go at the end of the bytes they hold, never
+        # at the offset the kernel computed from the size it cached (possibly stale).
+        self.append_handles: set[int] = set()
         self.dir_handles: dict[int, list[tuple[str, Node]]] = {}
         self._next_fh = 1
         self.content = ContentCache()
@@ -727,7 +730,10 @@ class MemFS(pyfuse3.Operations):
             self._listing_add(parent.path, text, node)
             self.inodes.hold(node)
             writing = flags & os.O_ACCMODE != os.O_RDONLY
-            return self._new_handle(of, ctx.pid, writing=writing), node.attributes(self.ttl)
+            fi = self._new_handle(of, ctx.pid, writing=writing)
+            if writing and flags & os.O_APPEND:
+                self.append_handles.add(fi.fh)
+            return fi, node.attributes(self.ttl)
 
     def _current_state(self, of: OpenFile) -> bool:
         """May a new open share ``of``? Yes while it holds uncommitted writes (POSIX: readers
@@ -777,31 +783,49 @@ class MemFS(pyfuse3.Operations):
             fi = self._new_handle(private, pid, writing=True)
             self.privates[fi.fh] = private
             return fi
+        append = writing and bool(flags & os.O_APPEND)
         of = self.open_files.get(node.inode)
-        if of is None or not self._current_state(of):
+        if of is None or not self._current_state(of) or (
+                append and not (of.dirty or of.is_new)):
             # Handles already open keep their snapshot; this open starts from S3's version.
+            # An append always does: `>>` must land after whatever S3 holds now.
             of = OpenFile(node, base_etag=node.etag, remote_size=node.size)
             self.open_files[node.inode] = of
         try:
             async with of.lock:
-                if of.data is None and flags & os.O_ACCMODE != os.O_WRONLY:
+                if of.data is None and (append or flags & os.O_ACCMODE != os.O_WRONLY):
                     # Readers load (and so revalidate) at open: close-to-open consistency.
-                    # Write-only opens load lazily: `touch` or a chmod need no download.
-                    await self._load(of)
+                    # Appends revalidate with S3 even within the TTL (a conditional GET,
+                    # usually a bodiless 304). Other write-only opens load lazily: `touch` or
+                    # a chmod need no download, and the first write insists on the version
+                    # open saw (see write()).
+                    await self._load(of, revalidate=append)
         except BaseException:
             if of.handles == 0:
                 self.open_files.pop(node.inode, None)
             raise
-        return self._new_handle(of, pid, writing=writing)
+        fi = self._new_handle(of, pid, writing=writing)
+        if append:
+            self.append_handles.add(fi.fh)
+        return fi
 
-    async def _load(self, of: OpenFile) -> None:
-        """Fill ``of.data``: from the content cache if its ETag is current, else one GET."""
+    async def _load(self, of: OpenFile, *, revalidate: bool = False,
+                    expect: str | None = None) -> None:
+        """Fill ``of.data``: from the content cache if its ETag is current, else one GET.
+
+        ``revalidate`` asks S3 even when the cached version is within the TTL (a conditional
+        GET). ``expect`` is the version the caller's writes were computed against: if S3 now
+        holds another one, nothing is loaded and the write fails with ESTALE instead of landing
+        at an offset that meant something else in the new version.
+        """
         node = of.node
         if of.is_new:
             of.data = bytearray()
             return
         cached = self.content.get(node.path)
-        if cached and cached[0] == node.etag and self._fresh(node.validated_at):
+        if (cached and cached[0] == node.etag and self._fresh(node.validated_at)
+                and not revalidate):
+            self._expect_version(of, cached[0], expect)
             of.data, of.base_etag = bytearray(cached[1]), cached[0]
             return
         try:
@@ -811,6 +835,7 @@ class MemFS(pyfuse3.Operations):
             assert cached is not None
             node.validated_at = time.time()
             node.etag = cached[0]
+            self._expect_version(of, cached[0], expect)
             of.data, of.base_etag = bytearray(cached[1]), cached[0]
             return
         except StoreError as exc:
@@ -820,10 +845,17 @@ class MemFS(pyfuse3.Operations):
             raise
         node.apply_info(info, time.time())
         self.content.put(node.path, info.etag, data)
-        of.data, of.base_etag, of.remote_size = bytearray(data), info.etag, len(data)
         # A new version: the kernel may still bound reads by the old size (whoever updated the
         # node, a listing or this GET, the kernel was not told).
         self._kernel_forget_attrs(node)
+        self._expect_version(of, info.etag, expect)
+        of.data, of.base_etag, of.remote_size = bytearray(data), info.etag, len(data)
+
+    def _expect_version(self, of: OpenFile, found: str, expect: str | None) -> None:
+        if expect is not None and found != expect:
+            log.warning("%s changed since it was opened for writing (another writer); the "
+                        "write is refused with ESTALE: reopen the file", of.node.path)
+            raise fail(errno.ESTALE)
 
     async def _truncate(self, of: OpenFile, size: int) -> None:
         self.usage.check_file_size(size)
@@ -858,9 +890,18 @@ class MemFS(pyfuse3.Operations):
         if of.data is None:
             async with of.lock:
                 if of.data is None:
-                    await self._load(of)
+                    # The writer chose ``off`` from the size of the version it opened (stat,
+                    # SEEK_END): it must land in that version, or nowhere.
+                    await self._load(of, expect=of.base_etag)
         data = of.data
         assert data is not None
+        if fh in self.append_handles and off != len(data):
+            # Trap: the kernel computes an O_APPEND write's offset from the size it cached,
+            # which another mount's append may have made stale within the TTL. POSIX says the
+            # end of the file: that is the end of the bytes this handle holds. Then the kernel's
+            # cached size is wrong, so drop it.
+            off = len(data)
+            self._kernel_forget_attrs(of.node)
         self.usage.check_file_size(max(len(data), off + len(buf)))
         if off > len(data):
             data.extend(b"\0" * (off - len(data)))
@@ -884,6 +925,7 @@ class MemFS(pyfuse3.Operations):
         of = self.handles.pop(fh)
         self.privates.pop(fh, None)
         self.handle_owner.pop(fh, None)
+        self.append_handles.discard(fh)
         of.handles -= 1
         if of.handles > 0:
             return
