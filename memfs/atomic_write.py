@@ -42,13 +42,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
 from memfs.mountinfo import MOUNTINFO, mount_entries
+from memfs.protocol import FSTYPE, XATTR_AGENT, XATTR_ATOMIC
 
 log = logging.getLogger(__name__)
 
 _NEW_FILE_MODE = 0o600
-AGENT_XATTR = "user.memfs.agent"
-ATOMIC_XATTR = "user.memfs.atomic"
-_MEMFS_FSTYPE = "fuse.memfs"
 _RENAME_NOREPLACE = 1
 
 _memfs_by_dev: dict[int, bool] = {}
@@ -73,7 +71,7 @@ def on_memfs(dir_fd: int) -> bool:
     dev = os.fstat(dir_fd).st_dev
     cached = _memfs_by_dev.get(dev)
     if cached is None:
-        cached = _memfs_by_dev[dev] = fstype_of_dev(dev) == _MEMFS_FSTYPE
+        cached = _memfs_by_dev[dev] = fstype_of_dev(dev) == FSTYPE
     return cached
 
 
@@ -119,7 +117,7 @@ _agent_warned = False
 def _tag_agent(fd: int, agent_id: str) -> None:
     global _agent_warned
     try:
-        os.setxattr(fd, AGENT_XATTR, agent_id.encode("ascii"))
+        os.setxattr(fd, XATTR_AGENT, agent_id.encode("ascii"))
     except OSError as err:
         if not _agent_warned:
             _agent_warned = True
@@ -147,7 +145,7 @@ def _write_in_place(
 
 
 def _begin_transaction(fd: int, agent_id: str | None) -> None:
-    os.setxattr(fd, ATOMIC_XATTR, b"1")
+    os.setxattr(fd, XATTR_ATOMIC, b"1")
     if agent_id:
         _tag_agent(fd, agent_id)  # before the upload, which records it
 

@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from memfs.config import ConfigError, MountConfig
+from memfs.protocol import NAME, XATTR_USAGE
 
-PROG = "memfs"
+PROG = NAME
 TRUE_WORDS = {"1", "true", "yes", "on"}
 FALSE_WORDS = {"0", "false", "no", "off", ""}
 
@@ -294,7 +295,7 @@ def cmd_df(args: argparse.Namespace) -> int:
 
     path = Path(args.mountpoint).absolute()
     try:
-        usage = json.loads(os.getxattr(path, "user.memfs.usage"))
+        usage = json.loads(os.getxattr(path, XATTR_USAGE))
     except OSError as exc:
         print(f"{PROG}: {path} is not a memfs mount ({exc.strerror})", file=sys.stderr)
         return 1

@@ -36,6 +36,7 @@ from typing import Any
 import pyfuse3
 import trio
 
+from memfs import protocol
 from memfs.cache import ContentCache, OpenFile
 from memfs.config import MountConfig
 from memfs.inodes import DirCache, InodeTable, Kind, Node, child_path
@@ -48,14 +49,13 @@ RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 NAME_MAX = 255
 KEY_MAX = 1024
-CONFLICT_DIR = ".memfs-conflicts"
-XATTR_SOURCE = b"user.memfs.source"  # on the root: bucket, prefix, endpoint, instance (JSON)
-XATTR_USAGE = b"user.memfs.usage"  # on the root: usage against the quotas (JSON)
-XATTR_AGENT = b"user.memfs.agent"  # on an open file: agent id recorded with its next upload
-# On an open file: upload only at fsync(); a close() without one discards the changes. Lets a
-# writer replace a file in place (one PUT) without a crash or failed write ever publishing a
-# truncated or partial version.
-XATTR_ATOMIC = b"user.memfs.atomic"
+# memfs's extended attributes, as the kernel hands their names to us (protocol.py says what
+# each means). XATTR_ATOMIC lets a writer replace a file in place (one PUT) without a crash or a
+# failed write ever publishing a truncated or partial version.
+XATTR_SOURCE = protocol.XATTR_SOURCE.encode()
+XATTR_USAGE = protocol.XATTR_USAGE.encode()
+XATTR_AGENT = protocol.XATTR_AGENT.encode()
+XATTR_ATOMIC = protocol.XATTR_ATOMIC.encode()
 # Files up to this size are read whole when their metadata is first needed (see _read_metadata).
 SMALL_FILE = 256 * 1024
 
@@ -322,16 +322,16 @@ class MemFS(pyfuse3.Operations):
                 or listing.names()):
             return
         await self._s3(self.store.put, dnode.path, b"", self._metadata(dnode), directory=True,
-                       content_type="application/x-directory")
+                       content_type=protocol.DIR_CONTENT_TYPE)
         listing.has_marker = True
 
     def _meta(self, mode: int, uid: int, gid: int, mtime: float,
               agent: str | None = None) -> dict[str, str]:
         """s3fs-compatible attributes plus who wrote this version (see `memfs history`)."""
         meta = metadata_for(mode, uid, gid, mtime)
-        meta["memfs-writer"] = self.writer
+        meta[protocol.META_WRITER] = self.writer
         if agent:
-            meta["memfs-agent"] = agent
+            meta[protocol.META_AGENT] = agent
         return meta
 
     def _metadata(self, node: Node, agent: str | None = None) -> dict[str, str]:
@@ -506,7 +506,7 @@ class MemFS(pyfuse3.Operations):
         if node.kind is Kind.DIR:
             # Also turns an implied directory into one with a marker that carries the metadata.
             await self._s3(self.store.put, node.path, b"", self._metadata(node), directory=True,
-                           content_type="application/x-directory")
+                           content_type=protocol.DIR_CONTENT_TYPE)
         else:
             node.etag = await self._s3(self.store.copy, node.path, node.path,
                                        metadata=self._metadata(node), src_etag=node.etag)
@@ -676,7 +676,7 @@ class MemFS(pyfuse3.Operations):
             now = time.time()
             dir_mode = stat.S_IFDIR | stat.S_IMODE(mode)
             await self._s3(self.store.put, path, b"", self._meta(dir_mode, ctx.uid, ctx.gid, now),
-                           directory=True, content_type="application/x-directory")
+                           directory=True, content_type=protocol.DIR_CONTENT_TYPE)
             node = self.inodes.add(path, Kind.DIR, dir_mode, ctx.uid, ctx.gid)
             node.meta_known = True
             node.mtime = node.validated_at = now
@@ -1054,7 +1054,7 @@ class MemFS(pyfuse3.Operations):
     async def _save_conflict(self, path: str, data: bytes, metadata: dict[str, str]) -> None:
         """Keep a lost race's bytes where a person (or agent) can find them."""
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-        where = f"{CONFLICT_DIR}/{path}.{stamp}.{socket.gethostname()}.{os.getpid()}"
+        where = f"{protocol.CONFLICT_DIR}/{path}.{stamp}.{socket.gethostname()}.{os.getpid()}"
         try:
             await self._s3(self.store.put, where, data, metadata)
             self.usage.added(len(data), new_file=True)

@@ -45,8 +45,9 @@ import botocore.exceptions
 from memfs.history import fmt_size, fmt_time, parse_duration, table, versioning_status
 from memfs.locate import S3_ERRORS, LocateError, Target, add_target_arguments, describe_s3_error
 from memfs.locate import resolve as resolve_target
+from memfs.protocol import META_MTIME
+from memfs.protocol import NAME as PROG
 
-PROG = "memfs"
 DELETE_BATCH = 1000
 HEAD_WORKERS = 8
 
@@ -235,7 +236,7 @@ def _last_modified(client: Any, bucket: str, obj: _Obj) -> datetime | None:
             return None
         raise
     when = head["LastModified"]
-    mtime = (head.get("Metadata") or {}).get("mtime")
+    mtime = (head.get("Metadata") or {}).get(META_MTIME)
     if mtime is not None:
         with contextlib.suppress(ValueError, OverflowError, OSError):
             when = max(when, datetime.fromtimestamp(float(mtime), UTC))

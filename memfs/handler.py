@@ -36,6 +36,7 @@ from memfs.paths import (
     parse,
     symlink_refused,
 )
+from memfs.protocol import MAX_AGENT_ID, valid_agent_id
 
 if TYPE_CHECKING:
     from memfs.memory_tool import MemoryTool
@@ -52,8 +53,6 @@ __all__ = [
 
 #: Largest file (UTF-8 bytes) that create/str_replace/insert will write.
 DEFAULT_MAX_FILE_BYTES = 1024 * 1024
-#: Longest agent id a memfs mount records (the `user.memfs.agent` xattr).
-MAX_AGENT_ID = 200
 #: Largest file view/str_replace/insert will read (anything bigger is refused, not loaded).
 MAX_READ_BYTES = 64 * 1024 * 1024
 
@@ -187,9 +186,7 @@ class MemoryHandler:
         secrets_guard: bool = False,
         agent_id: str | None = None,
     ) -> None:
-        if agent_id is not None and not (
-            0 < len(agent_id) <= MAX_AGENT_ID and agent_id.isascii() and agent_id.isprintable()
-        ):
+        if agent_id is not None and not valid_agent_id(agent_id):
             raise ValueError(
                 f"agent_id must be 1-{MAX_AGENT_ID} printable ASCII characters, got {agent_id!r}"
             )

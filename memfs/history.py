@@ -37,11 +37,12 @@ import botocore.exceptions
 
 from memfs.locate import S3_ERRORS, LocateError, Target, add_target_arguments, describe_s3_error
 from memfs.locate import resolve as resolve_target
+from memfs.protocol import META_AGENT as AGENT_META
+from memfs.protocol import META_MTIME
+from memfs.protocol import META_RESTORED_FROM as RESTORED_FROM_META
+from memfs.protocol import META_WRITER as WRITER_META
+from memfs.protocol import NAME as PROG
 
-PROG = "memfs"
-WRITER_META = "memfs-writer"
-AGENT_META = "memfs-agent"
-RESTORED_FROM_META = "memfs-restored-from"
 HEAD_WORKERS = 8
 DEFAULT_HISTORY_LIMIT = 50
 DEFAULT_LOG_LIMIT = 200
@@ -296,7 +297,7 @@ def restore(client: Any, target: Target, version_id: str | None = None, *,
     meta = {k.lower(): v for k, v in (head.get("Metadata") or {}).items()}
     meta.pop(AGENT_META, None)
     # A restore is a write now: the file's mtime says so (and gc counts its age from here).
-    meta["mtime"] = str(int(now()))
+    meta[META_MTIME] = str(int(now()))
     meta[WRITER_META] = writer or f"{socket.gethostname()}/memfs-restore"
     meta[RESTORED_FROM_META] = source.version_id
     resp = client.copy_object(

@@ -27,9 +27,9 @@ import botocore.exceptions
 
 from memfs.config import ConfigError, normalize_prefix
 from memfs.mountinfo import MOUNTINFO, MountEntry, mount_entries
+from memfs.protocol import FSTYPE as MEMFS_FSTYPE
+from memfs.protocol import XATTR_SOURCE as SOURCE_XATTR
 
-MEMFS_FSTYPE = "fuse.memfs"
-SOURCE_XATTR = "user.memfs.source"
 SETTINGS = ("bucket", "prefix", "endpoint_url", "region")
 
 

@@ -28,6 +28,8 @@ import boto3
 import botocore.exceptions
 from botocore.config import Config
 
+from memfs.protocol import META_GID, META_MODE, META_MTIME, META_UID
+
 log = logging.getLogger(__name__)
 
 # S3 error codes → errno. Anything not listed is EIO. PreconditionFailed means "someone else
@@ -91,7 +93,8 @@ class Listing:
 
 def metadata_for(mode: int, uid: int, gid: int, mtime: float) -> dict[str, str]:
     """s3fs-fuse compatible user metadata for an object."""
-    return {"mode": str(mode), "uid": str(uid), "gid": str(gid), "mtime": str(int(mtime))}
+    return {META_MODE: str(mode), META_UID: str(uid), META_GID: str(gid),
+            META_MTIME: str(int(mtime))}
 
 
 def _parse_int(value: str | None) -> int | None:
@@ -104,16 +107,16 @@ def _parse_int(value: str | None) -> int | None:
 def _info_from_head(resp: dict) -> ObjectInfo:
     meta = resp.get("Metadata") or {}
     mtime = resp["LastModified"].timestamp()
-    if "mtime" in meta:
+    if META_MTIME in meta:
         with contextlib.suppress(ValueError):
-            mtime = float(meta["mtime"])
+            mtime = float(meta[META_MTIME])
     return ObjectInfo(
         size=int(resp.get("ContentLength", 0)),
         etag=resp["ETag"],
         mtime=mtime,
-        mode=_parse_int(meta.get("mode")),
-        uid=_parse_int(meta.get("uid")),
-        gid=_parse_int(meta.get("gid")),
+        mode=_parse_int(meta.get(META_MODE)),
+        uid=_parse_int(meta.get(META_UID)),
+        gid=_parse_int(meta.get(META_GID)),
     )
 
 
@@ -311,8 +314,8 @@ class Store:
                                  err.code) from exc
             raise err from exc
         return ObjectInfo(size=len(data), etag=resp["ETag"], mtime=float(metadata.get(
-            "mtime", time.time())), mode=_parse_int(metadata.get("mode")),
-            uid=_parse_int(metadata.get("uid")), gid=_parse_int(metadata.get("gid")))
+            META_MTIME, time.time())), mode=_parse_int(metadata.get(META_MODE)),
+            uid=_parse_int(metadata.get(META_UID)), gid=_parse_int(metadata.get(META_GID)))
 
     def copy(
         self,

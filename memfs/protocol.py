@@ -1,0 +1,54 @@
+"""The contract between a memfs mount and everything that talks to it, defined once.
+
+A mount, the memory handler (in an agent's process), the operator tools and s3fs-fuse reading the
+same bucket all rely on these names. Change one here and every side changes together; nowhere
+else in memfs spells them out.
+
+* How a client recognises a memfs mount: its fstype in /proc/self/mountinfo.
+* The extended attributes a mount serves or accepts.
+* The object metadata it writes: s3fs-fuse's attribute keys (``x-amz-meta-mode`` as a decimal
+  st_mode, ``uid``, ``gid``, ``mtime`` in seconds), so a bucket is shared with s3fs-fuse, plus who
+  wrote each version.
+* Where the loser of a write race keeps its bytes.
+* What an agent id may be (the mount records it with every upload).
+"""
+
+from __future__ import annotations
+
+#: The program name, and the FUSE subtype: a mount shows as ``fuse.memfs`` in mountinfo.
+NAME = "memfs"
+FSTYPE = f"fuse.{NAME}"
+
+# -- extended attributes -------------------------------------------------------------------------
+#: On the root: the bucket, prefix, endpoint, region and instance the mount serves (JSON).
+XATTR_SOURCE = "user.memfs.source"
+#: On the root: usage against the quotas (JSON).
+XATTR_USAGE = "user.memfs.usage"
+#: On an open file: the agent id recorded with its next upload.
+XATTR_AGENT = "user.memfs.agent"
+#: On an open file: make this descriptor a private transaction that uploads only at fsync().
+XATTR_ATOMIC = "user.memfs.atomic"
+
+# -- object metadata (x-amz-meta-<key>) ----------------------------------------------------------
+META_MODE = "mode"  # decimal st_mode, file type bits included (s3fs-fuse)
+META_UID = "uid"
+META_GID = "gid"
+META_MTIME = "mtime"  # seconds since the epoch (s3fs-fuse writes an integer)
+META_WRITER = "memfs-writer"  # "<hostname>/<instance>" of the mount that wrote this version
+META_AGENT = "memfs-agent"  # the agent id set with XATTR_AGENT, if any
+META_RESTORED_FROM = "memfs-restored-from"  # `memfs restore`: the version it copied
+
+#: The Content-Type of a directory marker object (``prefix/dir/``), as s3fs-fuse writes it.
+DIR_CONTENT_TYPE = "application/x-directory"
+
+# -- lost races ----------------------------------------------------------------------------------
+#: Top-level folder (under the mount's prefix) where a lost race's bytes are kept.
+CONFLICT_DIR = ".memfs-conflicts"
+
+# -- agent ids -----------------------------------------------------------------------------------
+MAX_AGENT_ID = 200
+
+
+def valid_agent_id(agent_id: str) -> bool:
+    """1 to MAX_AGENT_ID printable ASCII characters: what a mount records as ``memfs-agent``."""
+    return 0 < len(agent_id) <= MAX_AGENT_ID and agent_id.isascii() and agent_id.isprintable()
