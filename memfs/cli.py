@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from memfs.config import ConfigError, MountConfig
+from memfs.mount.config import ConfigError, MountConfig
 from memfs.protocol import NAME, XATTR_USAGE
 
 PROG = NAME
@@ -217,7 +217,7 @@ def setup_logging(level: str) -> None:
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
-    from memfs import daemon
+    from memfs.mount import daemon
 
     config = mount_config(args)
     if config.foreground:
@@ -239,7 +239,7 @@ def _log_path(config: MountConfig) -> Path:
 
 def _mount_in_background(args: argparse.Namespace, config: MountConfig) -> int:
     """Start the daemon detached and return only once it reports the mount live (or failed)."""
-    from memfs.daemon import READY_FD_ENV
+    from memfs.mount.daemon import READY_FD_ENV
 
     read_end, write_end = os.pipe()
     argv = [sys.executable, "-m", "memfs", *sys.argv[1:]]
@@ -291,7 +291,7 @@ def cmd_umount(args: argparse.Namespace) -> int:
 def cmd_df(args: argparse.Namespace) -> int:
     import json
 
-    from memfs.quota import format_df
+    from memfs.mount.quota import format_df
 
     path = Path(args.mountpoint).absolute()
     try:

@@ -25,7 +25,7 @@ from typing import Any
 
 import botocore.exceptions
 
-from memfs.config import ConfigError, normalize_prefix
+from memfs.mount.config import ConfigError, normalize_prefix
 from memfs.mountinfo import MOUNTINFO, MountEntry, mount_entries
 from memfs.protocol import FSTYPE as MEMFS_FSTYPE
 from memfs.protocol import XATTR_SOURCE as SOURCE_XATTR

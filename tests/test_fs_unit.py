@@ -18,8 +18,8 @@ import pyfuse3
 import pytest
 import trio
 
-from memfs.config import MountConfig
-from memfs.fs import MemFS
+from memfs.mount.config import MountConfig
+from memfs.mount.fs import MemFS
 from memfs.store import Store, make_client
 from tests.conftest import BUCKET
 

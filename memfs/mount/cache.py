@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from memfs.inodes import Node
+from memfs.mount.inodes import Node
 
 
 @dataclass(eq=False)

@@ -37,10 +37,10 @@ import pyfuse3
 import trio
 
 from memfs import protocol
-from memfs.cache import ContentCache, OpenFile
-from memfs.config import MountConfig
-from memfs.inodes import DirCache, InodeTable, Kind, Node, child_path
-from memfs.quota import Usage
+from memfs.mount.cache import ContentCache, OpenFile
+from memfs.mount.config import MountConfig
+from memfs.mount.inodes import DirCache, InodeTable, Kind, Node, child_path
+from memfs.mount.quota import Usage
 from memfs.store import NotModified, ObjectInfo, Store, StoreError, metadata_for
 
 log = logging.getLogger(__name__)

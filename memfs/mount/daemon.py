@@ -22,11 +22,11 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from memfs import sdnotify
-from memfs.config import MountConfig
-from memfs.fs import MemFS
+from memfs.mount import sdnotify
+from memfs.mount.config import MountConfig
+from memfs.mount.fs import MemFS
+from memfs.mount.quota import Usage
 from memfs.mountinfo import is_mountpoint
-from memfs.quota import Usage
 from memfs.store import Store, StoreError, make_client
 
 log = logging.getLogger(__name__)
