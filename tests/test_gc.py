@@ -81,11 +81,13 @@ def test_policies_expire_only_their_subtree(s3, s3_reset, capsys) -> None:
                         "p/scratch/c.md", "p/keep.md", "p/sessionX.md", "outside/session/z.md",
                         "p2/session/y.md"}
 
-    # Just under the age nothing goes; a week later scratch/ expires too.
+    # Just under the age nothing goes; a week later scratch/ expires too. (Ages count from
+    # c.md's own time: the layout's puts can straddle a second boundary, so t0 may be later.)
+    t_c = s3.head_object(Bucket=BUCKET, Key="p/scratch/c.md")["LastModified"]
     report = gc_json(capsys, s3_reset, "--policy", "scratch/=7d",
-                     "--now", at(t0, days=7, seconds=-1))
+                     "--now", at(t_c, days=7, seconds=-1))
     assert report["policies"][0]["expired"] == 0
-    report = gc_json(capsys, s3_reset, "--policy", "scratch/=7d", "--now", at(t0, days=7))
+    report = gc_json(capsys, s3_reset, "--policy", "scratch/=7d", "--now", at(t_c, days=7))
     assert report["policies"][0]["paths"] == ["scratch/c.md"]
     assert "p/scratch/c.md" not in keys(s3)
 
