@@ -96,7 +96,7 @@ def test_lookups_in_a_listed_directory_are_free(counted: Counted, s3) -> None:
         assert (missing.st_ino, missing.entry_timeout) == (0, 0)
         assert counted.take() == {}  # answered from the listing
         fh = await fs.opendir(ROOT, CTX)
-        assert [n for n, _ in fs.dir_handles[fh]][2:] == [f"f{i}.md" for i in range(5)]
+        assert [n for n, _ in fs.core.dir_entries(fh)][2:] == [f"f{i}.md" for i in range(5)]
         await fs.releasedir(fh)
         for ino in inodes:
             assert await read_file(fs, ino) == b"x"  # served from the bytes fetched above
@@ -231,8 +231,8 @@ def test_errors_become_errnos_and_never_escape(counted: Counted, s3) -> None:
         for obj in s3.list_objects_v2(Bucket=BUCKET)["Contents"]:
             s3.delete_object(Bucket=BUCKET, Key=obj["Key"])
         s3.delete_bucket(Bucket=BUCKET)
-        fs.content.discard("f")
-        fs.inodes[ino].validated_at = 0
+        fs.core.content.discard("f")
+        fs.core.inodes[ino].validated_at = 0
         with pytest.raises(pyfuse3.FUSEError) as e:
             await read_file(fs, ino)
         assert e.value.errno == errno.ENOENT  # NoSuchBucket
@@ -253,7 +253,7 @@ def test_pending_file_survives_listing_refresh(s3, s3_reset) -> None:
         found = await fs.lookup(ROOT, b"pending", CTX)
         assert found.st_ino == attrs.st_ino  # ...but the mount still shows it.
         fh = await fs.opendir(ROOT, CTX)
-        assert "pending" in [n for n, _ in fs.dir_handles[fh]]
+        assert "pending" in [n for n, _ in fs.core.dir_entries(fh)]
         await fs.releasedir(fh)
         await fs.release(fi.fh)
     run(main)

@@ -1,4 +1,5 @@
-"""The inode table: which inode stands for which path, what we last knew of it, and lookup counts.
+"""Nodes and the inode table: which inode stands for which path, what we last knew of it, and
+lookup counts.
 
 S3 has keys, the kernel has inodes. Every node carries the path it currently stands for (``""`` is
 the root), its attributes as last seen (from LIST, HEAD, GET or our own write) with the time they
@@ -8,6 +9,9 @@ working on it), but it no longer answers for any path.
 
 Directory listings (``DirCache``) live on directory nodes: names → kind, refreshed by one LIST and
 kept in step with this mount's own changes so they never need a LIST to see what we did.
+
+Everything here lives on the trio thread and is changed only by the mount core; nothing here knows
+FUSE (the adapter turns a node into the kernel's attributes).
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
-import pyfuse3
-
 from memfs.store import ObjectInfo
+
+#: The root directory's inode number (FUSE's FUSE_ROOT_ID).
+ROOT_INODE = 1
 
 
 class Kind(Enum):
@@ -65,6 +70,16 @@ class DirCache:
 
 @dataclass
 class Node:
+    """What this mount knows of one file, directory or symlink.
+
+    INVARIANT: ``kind`` never changes (the kernel refuses to see an inode change type: a type
+    change elsewhere gets a new node). ``S_IFMT(mode)`` matches ``kind``.
+    INVARIANT: while not ``detached``, ``InodeTable.at(path) is self``.
+    INVARIANT: ``etag``, ``size`` and ``mtime`` describe one version (``apply_info`` sets them
+    together); ``validated_at`` is when S3 last confirmed it.
+    GUARDED BY: the trio thread (no locks: every change happens between two awaits).
+    """
+
     inode: int
     path: str
     kind: Kind
@@ -93,28 +108,6 @@ class Node:
     def parent_path(self) -> str:
         return self.path.rpartition("/")[0]
 
-    def attributes(self, ttl: float) -> pyfuse3.EntryAttributes:
-        a = pyfuse3.EntryAttributes()
-        a.st_ino = self.inode
-        a.generation = 0
-        a.entry_timeout = ttl
-        a.attr_timeout = ttl
-        a.st_mode = self.mode
-        a.st_nlink = 2 if self.kind is Kind.DIR else 1
-        a.st_uid = self.uid
-        a.st_gid = self.gid
-        a.st_rdev = 0
-        # Directories report 4,096 bytes like ext4 and s3fs-fuse, so tools that print sizes
-        # (the memory tool's directory view among them) show the same on every filesystem.
-        a.st_size = 4096 if self.kind is Kind.DIR else self.size
-        a.st_blksize = 4096
-        a.st_blocks = (self.size + 511) // 512
-        ns = int(self.mtime * 1e9)
-        a.st_atime_ns = ns
-        a.st_mtime_ns = ns
-        a.st_ctime_ns = ns
-        return a
-
     def apply_info(self, info: ObjectInfo, now: float) -> None:
         """Take what S3 said about this object; keep known metadata when S3 had none to give."""
         if info.mode is not None:
@@ -139,12 +132,16 @@ def child_path(parent: str, name: str) -> str:
 
 
 class InodeTable:
-    """Inode ↔ path bookkeeping. All access happens on the trio thread: no locks needed."""
+    """Inode ↔ path bookkeeping. All access happens on the trio thread: no locks needed.
+
+    INVARIANT: every node in ``by_path`` is in ``by_inode`` under its inode, stands for the path
+    it is keyed by and is not detached; the root is always in both.
+    """
 
     def __init__(self, root: Node) -> None:
         self.by_inode: dict[int, Node] = {root.inode: root}
         self.by_path: dict[str, Node] = {root.path: root}
-        self._next = pyfuse3.ROOT_INODE + 1
+        self._next = ROOT_INODE + 1
 
     def __getitem__(self, inode: int) -> Node:
         return self.by_inode[inode]
@@ -199,7 +196,7 @@ class InodeTable:
 
     def forget(self, inode: int, count: int) -> None:
         node = self.by_inode.get(inode)
-        if node is None or inode == pyfuse3.ROOT_INODE:
+        if node is None or inode == ROOT_INODE:
             return
         node.nlookup = max(0, node.nlookup - count)
         self._drop_if_unused(node)
@@ -207,10 +204,22 @@ class InodeTable:
     def _drop_if_unused(self, node: Node) -> None:
         # Nodes the kernel still knows stay; so do named nodes with cached state worth keeping
         # only while the kernel holds them. Open files hold their node through the file handle.
-        if node.nlookup == 0 and node.inode != pyfuse3.ROOT_INODE:
+        if node.nlookup == 0 and node.inode != ROOT_INODE:
             self.by_inode.pop(node.inode, None)
             if self.by_path.get(node.path) is node:
                 del self.by_path[node.path]
 
     def descendants(self, path: str) -> list[Node]:
         return [n for p, n in self.by_path.items() if p.startswith(path + "/")]
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError when the table contradicts its invariants (tests call this)."""
+        root = self.by_inode.get(ROOT_INODE)
+        assert root is not None and self.by_path.get("") is root, "the root is missing"
+        for path, node in self.by_path.items():
+            assert node.path == path, f"{path!r} holds a node for {node.path!r}"
+            assert not node.detached, f"{path!r} holds a detached node"
+            assert self.by_inode.get(node.inode) is node, f"{path!r}: inode not in the table"
+            kind_bits = {Kind.DIR: stat.S_IFDIR, Kind.FILE: stat.S_IFREG, Kind.LINK: stat.S_IFLNK}
+            assert stat.S_IFMT(node.mode) == kind_bits[node.kind], f"{path!r}: mode/kind differ"
+            assert node.nlookup >= 0

@@ -1,0 +1,38 @@
+"""The mount's core: a filesystem over one S3 prefix that knows nothing of FUSE.
+
+The core is four concerns stacked on one shared state, each in a module of its own:
+
+* ``state`` — ``CoreState``: the store, config, inode and handle tables, content cache, quota,
+  locks and the helpers all layers use;
+* ``namespace`` — names, listings and their freshness, lookups, attributes, directories,
+  unlink and symlinks;
+* ``data`` — open files: load, read, write, truncate, upload at flush/fsync, lost races;
+* ``transactions`` — memfs's extended attributes and private transactions (on ``data``);
+* ``rename`` — rename of files and directories, COPY + DELETE (on ``data``).
+
+The core speaks in nodes, handles and errnos (it raises ``OSError``; ``StoreError`` is one). The
+pyfuse3 adapter (``memfs.mount.fs``) decodes names, builds the kernel's attributes and is the one
+place that turns an errno into ``FUSEError``. What the core must tell the kernel (cached attributes
+or names gone stale) goes through ``state.Kernel``, a no-op until the adapter is mounted.
+
+docs/INTERNALS.md gives the concurrency protocol: the locks, their order, and how a listing
+replays the changes made while its LIST was in flight.
+"""
+
+from __future__ import annotations
+
+from memfs.mount.rename import Renames
+from memfs.mount.transactions import Transactions
+
+
+class MemFSCore(Transactions, Renames):
+    """One mount: every operation of the four concerns on one shared state."""
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError when the mount's state contradicts its written invariants
+        (tests call this between operations; it is never called while serving)."""
+        self.inodes.check_invariants()
+        self.handles.check_invariants()
+        self.content.check_invariants()
+        for of in self.handles.states():
+            assert of.handles > 0, f"{of.node.path}: an open state with no handle"

@@ -1,0 +1,249 @@
+"""Open files: create, open, read, write, truncate, setattr, flush, fsync and release.
+
+The layer above uploads. Handles of one inode share one ``OpenFile`` (a reader sees another
+descriptor's unsaved writes) except private copies: an ``O_TRUNC`` rewrite gets its own, so other
+readers keep the old version until its close uploads the new one. Reads load at open (close-to-
+open consistency); write-only opens load lazily, and their first write insists on the version the
+open saw; appends revalidate at open and always write at the end of the bytes they hold.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import time
+
+from memfs.mount.handles import OpenFile
+from memfs.mount.nodes import ROOT_INODE, Kind, Node, child_path
+from memfs.mount.state import AttrChange, Caller, Opened, fail, thread_group
+from memfs.mount.upload import Upload
+
+log = logging.getLogger(__name__)
+
+
+class DataPath(Upload):
+    """Open files (see the module docstring)."""
+
+    async def create(self, parent_inode: int, text: str, mode: int, flags: int,
+                     ctx: Caller) -> tuple[Opened, Node]:
+        async with self.ns_lock:
+            parent = self._dir(parent_inode)
+            self._writable(child_path(parent.path, text))
+            existing = await self._resolve(parent, text, for_create=True)
+            if existing is not None:
+                # Created elsewhere after the kernel cached a negative lookup.
+                if flags & os.O_EXCL:
+                    raise fail(errno.EEXIST)
+                if existing.kind is Kind.DIR:
+                    raise fail(errno.EISDIR)
+                fi = await self._open(existing, flags, ctx.pid)
+                self.inodes.hold(existing)
+                return fi, existing
+            path = child_path(parent.path, text)
+            self._check_key(path)
+            self._check_file_count()
+            node = self.inodes.add(path, Kind.FILE, stat.S_IFREG | stat.S_IMODE(mode),
+                                   ctx.uid, ctx.gid)
+            node.meta_known = True
+            node.mtime = node.validated_at = time.time()
+            of = OpenFile(node, data=bytearray(), is_new=True, dirty=True)
+            self.handles.shared[node.inode] = of
+            self._listing_add(parent.path, text, node)
+            self.inodes.hold(node)
+            writing = flags & os.O_ACCMODE != os.O_RDONLY
+            fi = self._new_handle(of, ctx.pid, writing=writing,
+                                  append=writing and bool(flags & os.O_APPEND))
+            return fi, node
+
+    async def mknod(self, parent_inode: int, text: str, mode: int, rdev: int,
+                    ctx: Caller) -> Node:
+        if not stat.S_ISREG(mode):
+            raise fail(errno.EPERM)  # no devices, FIFOs or sockets in an object store
+        fi, node = await self.create(parent_inode, text, mode, os.O_WRONLY | os.O_EXCL, ctx)
+        await self.release(fi.fh)
+        return node
+
+    def _current_state(self, of: OpenFile) -> bool:
+        """May a new open share ``of``? Yes while it holds uncommitted writes (POSIX: readers
+        see them) or still is the version this mount knows as current, confirmed within the
+        TTL (close-to-open). A stale one keeps serving only the handles already on it."""
+        if of.dirty or of.is_new:
+            return True
+        node = of.node
+        return (of.data is None or of.base_etag == node.etag) and self._fresh(node.validated_at)
+
+    def _new_handle(self, of: OpenFile, pid: int, *, writing: bool,
+                    append: bool = False) -> Opened:
+        # Trap: the kernel caches a file's pages per inode, not per handle, while memfs lets
+        # handles of one inode hold different versions (transactions, O_TRUNC rewrites, readers
+        # still on a version replaced since). A handle reading its version through the cache
+        # fills it with bytes another handle then reads as its own. So handles that may diverge
+        # bypass the cache (direct_io): writers (any may become a private transaction) and
+        # opens made while handles on another version are still open. Readers of the one
+        # current version keep the cache. (direct_io refuses MAP_SHARED; MAP_PRIVATE works.)
+        direct = writing or of.private or any(
+            other is not of for other in self.handles.on_node(of.node))
+        fh = self.handles.add(of, (pid, thread_group(pid)), append=append)
+        # The kernel bounds reads by the size it cached; a commit or listing may have changed
+        # it meanwhile. Dropping its cached attributes makes a read past that size ask getattr.
+        self.kernel.forget_attrs(of.node.inode)
+        # The kernel's page cache is dropped at each open: what we serve is what we revalidated.
+        return Opened(fh, direct_io=direct)
+
+    async def open(self, inode: int, flags: int, pid: int) -> Opened:
+        node = self._node(inode)
+        if node.kind is Kind.DIR:
+            raise fail(errno.EISDIR)
+        return await self._open(node, flags, pid)
+
+    async def _open(self, node: Node, flags: int, pid: int) -> Opened:
+        writing = flags & os.O_ACCMODE != os.O_RDONLY
+        if writing or flags & os.O_TRUNC:
+            self._writable(node.path)
+        if flags & os.O_TRUNC and writing:
+            # A rewrite gets a copy of its own: until its close uploads the new version, every
+            # other reader on this mount keeps seeing the old one, never an empty file.
+            private = OpenFile(node, data=bytearray(), dirty=node.size > 0, private=True,
+                               base_etag=node.etag, remote_size=node.size)
+            return self._new_handle(private, pid, writing=True)
+        append = writing and bool(flags & os.O_APPEND)
+        of = self.handles.shared.get(node.inode)
+        if of is None or not self._current_state(of) or (
+                append and not (of.dirty or of.is_new)):
+            # Handles already open keep their snapshot; this open starts from S3's version.
+            # An append always does: `>>` must land after whatever S3 holds now.
+            of = OpenFile(node, base_etag=node.etag, remote_size=node.size)
+            self.handles.shared[node.inode] = of
+        try:
+            async with of.lock:
+                if of.data is None and (append or flags & os.O_ACCMODE != os.O_WRONLY):
+                    # Readers load (and so revalidate) at open: close-to-open consistency.
+                    # Appends revalidate with S3 even within the TTL (a conditional GET,
+                    # usually a bodiless 304). Other write-only opens load lazily: `touch` or
+                    # a chmod need no download, and the first write insists on the version
+                    # open saw (see write()).
+                    await self._load(of, revalidate=append)
+        except BaseException:
+            if of.handles == 0:
+                self.handles.shared.pop(node.inode, None)
+            raise
+        return self._new_handle(of, pid, writing=writing, append=append)
+
+    async def _truncate(self, of: OpenFile, size: int) -> None:
+        self.usage.check_file_size(size)
+        if size == 0:
+            of.data = bytearray()
+        else:
+            if of.data is None:
+                await self._load(of)
+            assert of.data is not None
+            if size < len(of.data):
+                del of.data[size:]
+            else:
+                of.data.extend(b"\0" * (size - len(of.data)))
+        of.dirty = True
+        if not of.private:
+            of.node.size = size
+            of.node.mtime = time.time()
+
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        of = self.handles.files[fh]
+        if of.data is None:
+            async with of.lock:
+                if of.data is None:
+                    await self._load(of)
+        assert of.data is not None
+        return bytes(of.data[off:off + size])
+
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        of = self.handles.files[fh]
+        if of.data is None:
+            async with of.lock:
+                if of.data is None:
+                    # The writer chose ``off`` from the size of the version it opened (stat,
+                    # SEEK_END): it must land in that version, or nowhere.
+                    await self._load(of, expect=of.base_etag)
+        data = of.data
+        assert data is not None
+        if fh in self.handles.append and off != len(data):
+            # Trap: the kernel computes an O_APPEND write's offset from the size it cached,
+            # which another mount's append may have made stale within the TTL. POSIX says the
+            # end of the file: that is the end of the bytes this handle holds. Then the kernel's
+            # cached size is wrong, so drop it.
+            off = len(data)
+            self.kernel.forget_attrs(of.node.inode)
+        self.usage.check_file_size(max(len(data), off + len(buf)))
+        if off > len(data):
+            data.extend(b"\0" * (off - len(data)))
+        data[off:off + len(buf)] = buf
+        of.dirty = True
+        if not of.private:  # a transaction's size shows when it commits
+            of.node.size = len(data)
+            of.node.mtime = time.time()
+        return len(buf)
+
+    async def flush(self, fh: int) -> None:
+        await self._flush(self.handles.files[fh], commit=False)
+
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        await self._flush(self.handles.files[fh], commit=True)
+
+    async def release(self, fh: int) -> None:
+        of = self.handles.remove(fh)
+        if of.handles > 0:
+            return
+        try:
+            if of.atomic and (of.dirty or of.is_new or of.meta_dirty):
+                self._discard(of)
+            elif of.upload_failed:
+                # close() already reported the failure; uploading now, unseen, would make a
+                # write that was reported as failed land after all.
+                log.warning("changes to %s discarded: their upload failed at close", of.node.path)
+                self._discard(of)
+            else:
+                await self._flush(of, commit=False)
+        except OSError as exc:
+            # The kernel discards release errors; flush already reported this one to close().
+            log.warning("upload of %s at release failed: %s", of.node.path, exc)
+        finally:
+            if self.handles.shared.get(of.node.inode) is of:
+                del self.handles.shared[of.node.inode]
+
+    async def setattr(self, inode: int, change: AttrChange, fh: int | None) -> Node:
+        node = self._node(inode)
+        self._writable(node.path)
+        of = self.handles.files.get(fh) if fh is not None else self.handles.shared.get(inode)
+        if change.size is not None:
+            if node.kind is Kind.DIR:
+                raise fail(errno.EISDIR)
+            if of is not None:
+                async with of.lock:
+                    await self._truncate(of, change.size)
+            else:
+                # truncate(2) on a file nobody has open: apply it now, as one conditional PUT.
+                temp = OpenFile(node, base_etag=node.etag, remote_size=node.size)
+                async with temp.lock:
+                    await self._truncate(temp, change.size)
+                    await self._upload(temp)
+        changed = False
+        if change.mode is not None:
+            node.mode = stat.S_IFMT(node.mode) | stat.S_IMODE(change.mode)
+            changed = True
+        if change.uid is not None:
+            node.uid = change.uid
+            changed = True
+        if change.gid is not None:
+            node.gid = change.gid
+            changed = True
+        if change.mtime is not None:
+            node.mtime = change.mtime
+            changed = True
+        if changed and inode != ROOT_INODE:
+            node.meta_known = True
+            if of is not None:
+                of.meta_dirty = True  # goes up with the next flush
+            else:
+                await self._write_metadata(node)
+        return node

@@ -1,0 +1,141 @@
+"""Open files: the state one or more descriptors share, and the table of file handles.
+
+An open file's bytes live in memory (``OpenFile.data``) from the first read or write until the
+last handle is released; every ``flush`` (each ``close()``, also of dup'd descriptors) and
+``fsync`` uploads them as one whole object if they changed. Handles of one inode share one
+``OpenFile`` — so a reader on another descriptor sees what a writer wrote before it closed —
+except private copies: an ``O_TRUNC`` rewrite and a transaction (xattr ``user.memfs.atomic``) each
+get an ``OpenFile`` of their own, invisible to other handles until uploaded.
+
+Everything here lives on the trio thread. ``OpenFile.lock`` serialises what awaits S3 on one
+state (load, upload, truncate); see docs/INTERNALS.md for the lock order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import trio
+
+from memfs.mount.nodes import Node
+
+
+@dataclass(eq=False)
+class OpenFile:
+    """The state shared by the handles of one version of one file.
+
+    INVARIANT: ``dirty`` ⇒ ``data is not None`` (unsaved writes are bytes we hold).
+    INVARIANT: ``is_new`` ⇒ ``base_etag is None`` (a new file's PUT is If-None-Match: *).
+    INVARIANT: ``atomic`` ⇒ ``private``.
+    INVARIANT: ``handles`` is the number of file handles in the ``HandleTable`` mapping to it.
+    GUARDED BY: the trio thread; ``data``/``base_etag``/``dirty`` across an S3 call by ``lock``.
+    """
+
+    node: Node
+    handles: int = 0
+    # None until first needed: opening with O_TRUNC or creating never downloads anything.
+    data: bytearray | None = None
+    # The version our bytes derive from: the PUT is conditional on it (If-Match). None with
+    # ``is_new`` means the object must not exist yet (If-None-Match: *).
+    base_etag: str | None = None
+    is_new: bool = False
+    dirty: bool = False
+    meta_dirty: bool = False
+    # The size S3 holds for this file now (quota accounting: an upload adds the difference).
+    remote_size: int = 0
+    # Agent/session id set with the xattr user.memfs.agent; written with the next upload.
+    agent: str | None = None
+    # Set with the xattr user.memfs.atomic: upload at fsync() only, discard at close without it.
+    atomic: bool = False
+    # A private transaction: one handle's own copy, invisible to other handles until fsync.
+    private: bool = False
+    # The last upload failed and close()/fsync() reported it: release must not retry unseen.
+    upload_failed: bool = False
+    lock: trio.Lock = field(default_factory=trio.Lock)
+
+    @property
+    def local(self) -> bool:
+        """True while this mount holds the authoritative state (writes S3 has not seen)."""
+        return self.is_new or self.dirty
+
+
+@dataclass
+class HandleTable:
+    """Every open file handle and directory handle of the mount.
+
+    INVARIANT: ``shared[inode].node.inode == inode`` and ``shared`` holds no private state.
+    INVARIANT: ``privates``, ``owner`` and ``append`` are keyed by handles in ``files``;
+    ``privates[fh] is files[fh]`` and is private.
+    INVARIANT: for every state in ``files``, ``state.handles`` counts the handles on it.
+    GUARDED BY: the trio thread.
+    """
+
+    # The state a new open of an inode may join (see MemFSCore._current_state), by inode.
+    shared: dict[int, OpenFile] = field(default_factory=dict)
+    # Every open file handle's state, by file handle.
+    files: dict[int, OpenFile] = field(default_factory=dict)
+    # The handles that hold a private copy (O_TRUNC rewrite or transaction), by file handle.
+    privates: dict[int, OpenFile] = field(default_factory=dict)
+    # Which thread and process opened each handle: xattr calls carry no file handle.
+    owner: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Handles opened with O_APPEND: their writes go at the end of the bytes they hold, never at
+    # the offset the kernel computed from the size it cached (possibly stale).
+    append: set[int] = field(default_factory=set)
+    # Directory handles: a snapshot of the entries per handle keeps readdir offsets stable.
+    dirs: dict[int, list[tuple[str, Node]]] = field(default_factory=dict)
+    _next_fh: int = 1
+
+    def new_fh(self) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        return fh
+
+    def add(self, of: OpenFile, owner: tuple[int, int], *, append: bool) -> int:
+        fh = self.new_fh()
+        of.handles += 1
+        self.files[fh] = of
+        self.owner[fh] = owner
+        if of.private:
+            self.privates[fh] = of
+        if append:
+            self.append.add(fh)
+        return fh
+
+    def remove(self, fh: int) -> OpenFile:
+        """Forget handle ``fh``; returns its state with ``handles`` already decremented."""
+        of = self.files.pop(fh)
+        self.privates.pop(fh, None)
+        self.owner.pop(fh, None)
+        self.append.discard(fh)
+        of.handles -= 1
+        return of
+
+    def states(self) -> list[OpenFile]:
+        """Every open state: the shared ones and the private copies."""
+        return [*self.shared.values(), *self.privates.values()]
+
+    def on_node(self, node: Node) -> list[OpenFile]:
+        return [of for of in self.files.values() if of.node is node]
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError when the table contradicts its invariants (tests call this)."""
+        for inode, of in self.shared.items():
+            assert of.node.inode == inode, f"shared[{inode}] is for inode {of.node.inode}"
+            assert not of.private, f"shared[{inode}] is private"
+        for name, keyed in (("privates", self.privates), ("owner", self.owner)):
+            for fh in keyed:
+                assert fh in self.files, f"{name} has handle {fh} that is not open"
+        assert self.append <= self.files.keys(), "append names a handle that is not open"
+        for fh, of in self.privates.items():
+            assert self.files[fh] is of and of.private, f"privates[{fh}] is not its handle's"
+        counts: dict[int, int] = {}
+        states: dict[int, OpenFile] = {}
+        for of in self.files.values():
+            counts[id(of)] = counts.get(id(of), 0) + 1
+            states[id(of)] = of
+        for key, of in states.items():
+            assert of.handles == counts[key], f"{of.node.path}: {of.handles} != {counts[key]}"
+        for of in [*states.values(), *self.shared.values()]:
+            assert not of.dirty or of.data is not None, f"{of.node.path}: dirty without data"
+            assert not of.is_new or of.base_etag is None, f"{of.node.path}: new with a base"
+            assert not of.atomic or of.private, f"{of.node.path}: atomic but shared"

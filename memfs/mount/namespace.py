@@ -1,0 +1,367 @@
+"""Names: listings and their freshness, lookups, attributes, directories, unlink, symlinks.
+
+The bottom layer of the core above its state. A directory's children come from one delimited LIST,
+cached on its node for ``--metadata-ttl`` and kept in step with this mount's own changes
+(``_listing_change``), so a lookup in a listed directory costs nothing. A LIST cannot carry user
+metadata: a name first met in a listing has default mode and owner until ``_read_metadata`` has
+read it (once per mount, before the kernel sees the entry).
+
+Freshness: a listing is fresh for the TTL counted from when its LIST *completed* (a LIST slower
+than the TTL must not be stale on arrival). A LIST that was in flight while this mount changed an
+entry may not show the change, so each directory keeps its recent changes (``Node.recent``) and a
+new listing replays those made after its LIST started (docs/INTERNALS.md).
+"""
+
+from __future__ import annotations
+
+import errno
+import stat
+import time
+
+import trio
+
+from memfs import protocol
+from memfs.mount.nodes import ROOT_INODE, DirCache, Kind, Node, child_path
+from memfs.mount.state import Caller, CoreState, fail
+from memfs.store import ObjectInfo, StoreError
+
+# Files up to this size are read whole when their metadata is first needed (see _read_metadata).
+SMALL_FILE = 256 * 1024
+
+
+class Namespace(CoreState):
+    """Names and attributes (see the module docstring)."""
+
+    async def _listing(self, dnode: Node) -> DirCache:
+        """The directory's children: cached if fresh, else one (paginated) LIST."""
+        if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
+            return dnode.listing
+        lock = self._list_locks.setdefault(dnode.inode, trio.Lock())
+        async with lock:
+            if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
+                return dnode.listing
+            path = dnode.path
+            started = time.time()
+            listing = await self._s3(self.store.list_dir, path)
+            # Fresh from when it arrived: a LIST slower than the TTL must not be stale on arrival
+            # (every lookup would list again).
+            cache = DirCache(listing.files, listing.dirs, time.time(), listing.has_marker,
+                             started)
+            for name, (when, what) in list(dnode.recent.items()):
+                if when >= started:
+                    cache.apply(name, what)  # may have finished after S3 answered the LIST
+                else:
+                    del dnode.recent[name]  # S3 had it before the LIST began
+            # Files this mount created but has not uploaded yet are not in S3: keep them.
+            for of in self.handles.states():
+                n = of.node
+                if of.is_new and not n.detached and n.parent_path() == path and n.path:
+                    cache.files[n.name()] = ObjectInfo(n.size, "", n.mtime)
+            dnode.listing = cache
+            return cache
+
+    def _sync_child(self, parent: Node, name: str, listing: DirCache) -> Node | None:
+        """Bring the node for ``parent/name`` in line with the listing; None if it is gone."""
+        path = child_path(parent.path, name)
+        node = self.inodes.at(path)
+        kind = listing.kind_of(name)
+        now = listing.fetched_at
+        if node is not None and self._is_local(node):
+            return node
+        if kind is None:
+            if node is not None:
+                self.inodes.detach(path)
+            return None
+        if node is not None and (node.kind is Kind.DIR) != (kind is Kind.DIR):
+            self.inodes.detach(path)  # replaced remotely by an entry of the other kind
+            node = None
+        cfg = self.config
+        if kind is Kind.DIR:
+            if node is None:
+                node = self.inodes.add(path, Kind.DIR, stat.S_IFDIR | cfg.default_dir_mode,
+                                       cfg.uid, cfg.gid)
+            node.validated_at = max(node.validated_at, now)
+            return node
+        info = listing.files[name]
+        if node is None:
+            node = self.inodes.add(path, Kind.FILE, stat.S_IFREG | cfg.default_file_mode,
+                                   cfg.uid, cfg.gid)
+        if node.etag == info.etag:
+            node.validated_at = max(node.validated_at, now)  # what we know is still current
+        elif info.etag and node.validated_at < listing.started:
+            # Only a listing sent after we last learned about the file may correct us: an
+            # older one would take size and ETag back to a version already replaced.
+            node.apply_info(info, now)
+            if node.nlookup:
+                self.kernel.forget_attrs(node.inode)
+        return node
+
+    async def _resolve(self, parent: Node, name: str, *, for_create: bool = False) -> Node | None:
+        """The node for ``parent/name``, or None. ``for_create`` accepts a stale listing's "no":
+        the kernel has just looked the name up, and the conditional PUT (If-None-Match) catches
+        a creation elsewhere in between, so a big directory is not re-listed per create."""
+        node = self.inodes.at(child_path(parent.path, name))
+        if node is not None and (self._fresh(node.validated_at) or self._is_local(node)):
+            return node
+        if for_create and node is None and parent.listing is not None \
+                and parent.listing.kind_of(name) is None:
+            return None
+        listing = await self._listing(parent)
+        return self._sync_child(parent, name, listing)
+
+    async def _new_name(self, parent_inode: int, name: str, *,
+                        directory: bool) -> tuple[Node, str]:
+        """Parent and path for an entry mkdir/symlink is about to make: EEXIST if it exists,
+        EROFS in a read-only subtree, ENAMETOOLONG past S3's key limit."""
+        parent = self._dir(parent_inode)
+        path = child_path(parent.path, name)
+        self._writable(path)
+        if await self._resolve(parent, name) is not None:
+            raise fail(errno.EEXIST)
+        self._check_key(path, directory=directory)
+        return parent, path
+
+    async def _existing(self, parent: Node, name: str) -> Node:
+        node = await self._resolve(parent, name)
+        if node is None:
+            raise fail(errno.ENOENT)
+        return node
+
+    def _listing_add(self, parent_path: str, name: str, node: Node) -> None:
+        what = Kind.DIR if node.kind is Kind.DIR else ObjectInfo(node.size, node.etag or "",
+                                                                  node.mtime)
+        self._listing_change(parent_path, name, what)
+
+    def _listing_remove(self, parent_path: str, name: str) -> None:
+        self._listing_change(parent_path, name, None)
+
+    def _listing_change(self, parent_path: str, name: str, what: object) -> None:
+        parent = self.inodes.at(parent_path)
+        if parent is None:
+            return
+        parent.recent[name] = (time.time(), what)
+        if parent.listing is not None:
+            parent.listing.apply(name, what)
+
+    async def _keep_directory(self, dnode: Node) -> None:
+        """A directory that existed only through its children must outlive its last one.
+
+        S3 has no directories: once the last key under ``d/`` goes, so would ``d``. rmdir(2)
+        is the only thing that may remove a directory, so write its marker first.
+        """
+        listing = dnode.listing
+        if (dnode.inode == ROOT_INODE or listing is None or listing.has_marker
+                or listing.names()):
+            return
+        await self._s3(self.store.put, dnode.path, b"", self._metadata(dnode), directory=True,
+                       content_type=protocol.DIR_CONTENT_TYPE)
+        listing.has_marker = True
+
+    async def lookup(self, parent_inode: int, name: str) -> Node | None:
+        """The node for ``name`` in the directory, counted as one more kernel lookup; None if
+        there is no such name (the adapter answers that uncached: see there)."""
+        parent = self._dir(parent_inode)
+        if name == ".":
+            node = parent
+        elif name == "..":
+            node = self.inodes.at(parent.parent_path()) or parent
+        else:
+            found = await self._resolve(parent, name)
+            if found is not None and not found.meta_known and not self._is_local(found):
+                found = await self._read_metadata(found)
+            if found is None:
+                return None
+            node = found
+        self.inodes.hold(node)
+        return node
+
+    async def _read_metadata(self, node: Node) -> Node | None:
+        """Learn an entry's stored mode/owner/mtime, once per mount, before the kernel sees it.
+
+        One LIST cannot carry user metadata, so a name first met in a listing has defaults. The
+        kernel fixes an inode's file type when it first sees it, so a symlink must be known as
+        one at lookup. Small files are fetched whole (GET) rather than HEADed: same one request,
+        and the bytes wait in the content cache for the open() that usually follows.
+        Returns the node to use (a new one if the type changed), or None if it is gone.
+        """
+        path = node.path
+        now = time.time()
+        if node.kind is Kind.DIR:
+            info = await self._s3(self.store.head, path, directory=True)
+            if info is not None and info.mode is not None:
+                node.mode = stat.S_IFDIR | stat.S_IMODE(info.mode)
+                node.uid = node.uid if info.uid is None else info.uid
+                node.gid = node.gid if info.gid is None else info.gid
+                node.mtime = info.mtime
+            node.meta_known = True  # an implied directory has nothing more to tell
+            return node
+        data: bytes | None = None
+        try:
+            if node.size <= SMALL_FILE:
+                data, info = await self._s3(self.store.get, path)
+            else:
+                info = await self._s3(self.store.head, path)
+        except StoreError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+            info = None
+        if info is None:
+            self.inodes.detach(path)
+            self._listing_remove(node.parent_path(), node.name())
+            return None
+        kind = Kind.LINK if stat.S_ISLNK(info.mode or 0) else Kind.FILE
+        if kind is not node.kind:
+            # A new inode: the kernel refuses to see an existing inode change its type.
+            type_bits = stat.S_IFLNK if kind is Kind.LINK else stat.S_IFREG
+            node = self.inodes.add(path, kind, type_bits | stat.S_IMODE(node.mode), node.uid,
+                                   node.gid)
+        node.apply_info(info, now)
+        node.meta_known = True
+        if data is not None:
+            self.content.put(path, info.etag, data)
+            if kind is Kind.LINK:
+                node.symlink_target = data
+        return node
+
+    def forget(self, inode_list: list[tuple[int, int]]) -> None:
+        for inode, count in inode_list:
+            self.inodes.forget(inode, count)
+
+    async def getattr(self, inode: int) -> tuple[Node, bool]:
+        """The node's attributes, confirmed within the TTL; the flag says whether the kernel
+        may cache them (False when it must look the name up again)."""
+        node = self._node(inode)
+        if node.detached and inode not in self.handles.shared:
+            raise fail(errno.ENOENT)  # the name is gone and nothing holds the file open
+        if node.kind is Kind.DIR:
+            if not node.meta_known and inode != ROOT_INODE:
+                await self._read_metadata(node)  # one HEAD of its marker, once per mount
+            return node, True
+        if node.detached or inode in self.handles.shared or (
+                self._fresh(node.validated_at) and node.meta_known):
+            return node, True
+        info = await self._s3(self.store.head, node.path)
+        if info is None:
+            self.inodes.detach(node.path)
+            self._listing_remove(node.parent_path(), node.name())
+            raise fail(errno.ENOENT)
+        if info.mode is not None and stat.S_ISLNK(info.mode) != (node.kind is Kind.LINK):
+            # The kernel cannot change an inode's type (it would report EIO): keep answering
+            # for this inode as it is, and make the kernel look the name up again, which
+            # gives the name a new inode of the right type.
+            self._relookup(node)
+            return node, False
+        node.apply_info(info, time.time())
+        node.meta_known = True
+        return node, True
+
+    def _relookup(self, node: Node) -> None:
+        parent = self.inodes.at(node.parent_path())
+        name = node.name()
+        self.inodes.detach(node.path)
+        if parent is not None:
+            self.kernel.forget_entry(parent.inode, name)
+
+    async def readlink(self, inode: int) -> bytes:
+        node = self._node(inode)
+        if node.kind is not Kind.LINK:
+            raise fail(errno.EINVAL)
+        if node.symlink_target is None:
+            data, info = await self._s3(self.store.get, node.path)
+            node.apply_info(info, time.time())
+            node.symlink_target = data
+        return node.symlink_target
+
+    async def opendir(self, inode: int) -> int:
+        node = self._dir(inode)
+        listing = await self._listing(node)
+        parent = self.inodes.at(node.parent_path()) or node
+        entries: list[tuple[str, Node]] = [(".", node), ("..", parent)]
+        for name in listing.names():
+            child = self._sync_child(node, name, listing)
+            if child is not None:
+                entries.append((name, child))
+        fh = self.handles.new_fh()
+        # A snapshot per handle keeps readdir offsets stable while the directory changes.
+        self.handles.dirs[fh] = entries
+        return fh
+
+    def dir_entries(self, fh: int) -> list[tuple[str, Node]]:
+        """The snapshot ``opendir`` took: ``.``, ``..``, then the entries by name."""
+        return self.handles.dirs[fh]
+
+    def releasedir(self, fh: int) -> None:
+        for _name, node in self.handles.dirs.pop(fh, [])[2:]:
+            if node.nlookup == 0:
+                self.inodes.forget(node.inode, 0)
+
+    async def mkdir(self, parent_inode: int, text: str, mode: int, ctx: Caller) -> Node:
+        async with self.ns_lock:
+            parent, path = await self._new_name(parent_inode, text, directory=True)
+            now = time.time()
+            dir_mode = stat.S_IFDIR | stat.S_IMODE(mode)
+            await self._s3(self.store.put, path, b"", self._meta(dir_mode, ctx.uid, ctx.gid, now),
+                           directory=True, content_type=protocol.DIR_CONTENT_TYPE)
+            node = self.inodes.add(path, Kind.DIR, dir_mode, ctx.uid, ctx.gid)
+            node.meta_known = True
+            node.mtime = node.validated_at = now
+            node.listing = DirCache({}, set(), now, has_marker=True)
+            self._listing_add(parent.path, text, node)
+            self.inodes.hold(node)
+            return node
+
+    async def rmdir(self, parent_inode: int, text: str) -> None:
+        async with self.ns_lock:
+            parent = self._dir(parent_inode)
+            self._writable(child_path(parent.path, text))
+            node = await self._existing(parent, text)
+            if node.kind is not Kind.DIR:
+                raise fail(errno.ENOTDIR)
+            if not (await self._listing(node)).names() == []:
+                raise fail(errno.ENOTEMPTY)
+            await self._s3(self.store.delete, node.path, directory=True)
+            self.inodes.detach(node.path)
+            self._listing_remove(parent.path, text)
+
+    async def unlink(self, parent_inode: int, text: str) -> None:
+        async with self.ns_lock:
+            parent = self._dir(parent_inode)
+            self._writable(child_path(parent.path, text))
+            node = await self._existing(parent, text)
+            if node.kind is Kind.DIR:
+                raise fail(errno.EISDIR)
+            of = self.handles.shared.get(node.inode)
+            if of is None or not of.is_new:  # a file never uploaded has nothing in S3
+                await self._s3(self.store.delete, node.path)
+                self.usage.removed(of.remote_size if of else node.size)
+            self.inodes.detach(node.path)
+            self._listing_remove(parent.path, text)
+            self.content.discard(node.path)
+            await self._keep_directory(parent)
+
+    async def symlink(self, parent_inode: int, text: str, target: bytes, ctx: Caller) -> Node:
+        async with self.ns_lock:
+            parent, path = await self._new_name(parent_inode, text, directory=False)
+            self._check_file_count()
+            mode = stat.S_IFLNK | 0o777
+            info = await self._s3(self.store.put, path, target,
+                                  self._meta(mode, ctx.uid, ctx.gid, time.time()),
+                                  if_none_match=True)
+            self.usage.added(len(target), new_file=True)
+            node = self.inodes.add(path, Kind.LINK, mode, ctx.uid, ctx.gid)
+            node.apply_info(info, time.time())
+            node.symlink_target = target
+            self._listing_add(parent.path, text, node)
+            self.inodes.hold(node)
+            return node
+
+    async def _write_metadata(self, node: Node) -> None:
+        """chmod/chown/utimens on a closed entry: one request, no data through us."""
+        if node.kind is Kind.DIR:
+            # Also turns an implied directory into one with a marker that carries the metadata.
+            await self._s3(self.store.put, node.path, b"", self._metadata(node), directory=True,
+                           content_type=protocol.DIR_CONTENT_TYPE)
+        else:
+            node.etag = await self._s3(self.store.copy, node.path, node.path,
+                                       metadata=self._metadata(node), src_etag=node.etag)
+        node.validated_at = time.time()

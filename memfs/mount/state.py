@@ -1,0 +1,178 @@
+"""The core's shared state and the helpers every concern of the core uses.
+
+``CoreState`` is the bottom layer of the mount's core (``memfs.mount.core`` says how the layers
+stack): the store, the config, the inode table, the handle table, the content cache, the quota
+and the locks, plus errors (``fail``), the caller (``Caller``) and what the core tells the kernel
+(``Kernel``). Nothing here knows FUSE.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import socket
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from memfs import protocol
+from memfs.mount.config import MountConfig
+from memfs.mount.content import ContentCache
+from memfs.mount.handles import HandleTable
+from memfs.mount.nodes import ROOT_INODE, InodeTable, Kind, Node
+from memfs.mount.quota import Usage
+from memfs.store import Store, metadata_for
+
+NAME_MAX = 255
+KEY_MAX = 1024
+
+
+def fail(err: int) -> OSError:
+    """The error an operation raises: an errno the adapter hands the kernel unchanged."""
+    return OSError(err, os.strerror(err))
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who asked: the kernel's request context, as the core needs it."""
+
+    uid: int
+    gid: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A new file handle, and whether the kernel must bypass its page cache for it."""
+
+    fh: int
+    direct_io: bool
+
+
+@dataclass(frozen=True)
+class AttrChange:
+    """What a setattr asks to change; None leaves a field as it is."""
+
+    size: int | None = None
+    mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+    mtime: float | None = None
+
+
+def thread_group(pid: int) -> int:
+    """The process a (thread) id belongs to: FUSE requests carry the calling thread's id."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return pid
+
+
+class Kernel:
+    """What the core tells the kernel's caches. No-op until a session exists (unit tests, and
+    before the mount is live); the adapter's subclass sends real notifications."""
+
+    def forget_attrs(self, inode: int) -> None:
+        """The kernel caches a file's size and bounds reads by it: drop it."""
+
+    def forget_entry(self, parent_inode: int, name: str, deleted: int | None = None) -> None:
+        """The kernel's cached answer for ``name`` in ``parent_inode`` is stale (asynchronous:
+        the kernel may hold the directory's lock while we answer a request)."""
+
+
+class CoreState:
+    """One mount's state, and the helpers every concern shares.
+
+    INVARIANT: ``inodes``, ``handles`` and ``content`` each satisfy their ``check_invariants``;
+    every open state's node is in ``inodes`` unless detached.
+    GUARDED BY: the trio thread. ``ns_lock`` serialises namespace changes (create, unlink,
+    rename, mkdir, rmdir, symlink); ``_list_locks[inode]`` makes one LIST per directory at a time.
+    """
+
+    def __init__(self, store: Store, config: MountConfig, kernel: Kernel | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.ttl = config.metadata_ttl
+        self.kernel = kernel or Kernel()
+        self.limiter = trio.CapacityLimiter(config.max_connections)
+        root = Node(ROOT_INODE, "", Kind.DIR, stat.S_IFDIR | config.default_dir_mode,
+                    config.uid, config.gid, nlookup=1, meta_known=True)
+        self.inodes = InodeTable(root)
+        self.handles = HandleTable()
+        self.content = ContentCache()
+        # Namespace changes (create, unlink, rename, ...) run one at a time, so a rename never
+        # sees a half-created entry; reads and data transfers run concurrently.
+        self.ns_lock = trio.Lock()
+        self._list_locks: dict[int, trio.Lock] = {}
+        self.writer = f"{socket.gethostname()}/{config.instance}"
+        self.usage = Usage(config.max_file_size, config.max_total_bytes, config.max_files)
+
+    # -- helpers every concern uses ----------------------------------------------------------
+
+    async def _s3(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a blocking store call in a worker thread."""
+        return await trio.to_thread.run_sync(
+            functools.partial(fn, *args, **kwargs), limiter=self.limiter)
+
+    def _fresh(self, t: float) -> bool:
+        return time.time() - t <= self.ttl
+
+    def _node(self, inode: int) -> Node:
+        node = self.inodes.get(inode)
+        if node is None:
+            raise fail(errno.ENOENT)
+        return node
+
+    def _dir(self, inode: int) -> Node:
+        node = self._node(inode)
+        if node.kind is not Kind.DIR:
+            raise fail(errno.ENOTDIR)
+        if node.detached:
+            raise fail(errno.ENOENT)
+        return node
+
+    def _writable(self, *paths: str) -> None:
+        """EROFS for a read-only mount, or for a path in (or being) a read-only subtree."""
+        if self.config.read_only or any(self.config.is_read_only(p) for p in paths):
+            raise fail(errno.EROFS)
+
+    def _check_key(self, path: str, directory: bool = False) -> None:
+        key = self.store.dir_key(path) if directory else self.store.key(path)
+        if len(key.encode()) > KEY_MAX:
+            raise fail(errno.ENAMETOOLONG)
+
+    def _check_file_count(self) -> None:
+        pending = sum(1 for of in self.handles.states() if of.is_new)
+        self.usage.check_add(0, new_files=pending + 1)
+
+    def _check_total(self, delta_bytes: int) -> None:
+        self.usage.check_add(delta_bytes)
+
+    def _is_local(self, node: Node) -> bool:
+        """True when this mount holds the authoritative state (a file not yet uploaded)."""
+        of = self.handles.shared.get(node.inode)
+        if of is not None and of.local:
+            return True
+        return any(p.node is node and p.is_new for p in self.handles.privates.values())
+
+    def _meta(self, mode: int, uid: int, gid: int, mtime: float,
+              agent: str | None = None) -> dict[str, str]:
+        """s3fs-compatible attributes plus who wrote this version (see `memfs history`)."""
+        meta = metadata_for(mode, uid, gid, mtime)
+        meta[protocol.META_WRITER] = self.writer
+        if agent:
+            meta[protocol.META_AGENT] = agent
+        return meta
+
+    def _metadata(self, node: Node, agent: str | None = None) -> dict[str, str]:
+        return self._meta(node.mode, node.uid, node.gid, node.mtime, agent)
+

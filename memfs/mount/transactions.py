@@ -1,0 +1,118 @@
+"""memfs's extended attributes, and descriptors turned into private transactions.
+
+The layer above open files. The root serves ``user.memfs.source`` and ``user.memfs.usage``; an open
+file accepts ``user.memfs.agent`` (who writes, recorded with the upload) and ``user.memfs.atomic``
+(``_make_private``: from then on the descriptor reads the version it started from, its writes are
+seen by no one else, fsync uploads them in one PUT conditional on that version, and a close
+without fsync discards them). ``fsetxattr`` reaches the mount without a file handle, so the
+caller's handle is found by thread, then by process (``_handle_of``). Nothing else is stored:
+other names are ENOTSUP (set) or ENODATA (get).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+
+from memfs import protocol
+from memfs.mount.data import DataPath
+from memfs.mount.handles import OpenFile
+from memfs.mount.nodes import ROOT_INODE
+from memfs.mount.quota import Usage
+from memfs.mount.state import fail, thread_group
+
+XATTR_SOURCE = protocol.XATTR_SOURCE
+XATTR_USAGE = protocol.XATTR_USAGE
+XATTR_AGENT = protocol.XATTR_AGENT
+XATTR_ATOMIC = protocol.XATTR_ATOMIC
+
+
+class Transactions(DataPath):
+    """Extended attributes and private transactions (see the module docstring)."""
+
+    async def current_usage(self) -> Usage:
+        """Usage against the quotas, recounted with S3 when it is stale (statfs, memfs df)."""
+        if self.usage.stale():
+            self.usage.reset(await self._s3(Usage.scan, self.store))
+        return self.usage
+
+    def _root_xattrs(self) -> dict[str, bytes]:
+        source = {"bucket": self.store.bucket, "prefix": self.store.prefix,
+                  "endpoint_url": self.config.endpoint_url, "region": self.config.region,
+                  "instance": self.config.instance}
+        return {XATTR_SOURCE: json.dumps(source).encode(),
+                XATTR_USAGE: json.dumps(self.usage.as_dict()).encode()}
+
+    async def getxattr(self, inode: int, name: str, pid: int) -> bytes:
+        if inode == ROOT_INODE and name in (XATTR_SOURCE, XATTR_USAGE):
+            if name == XATTR_USAGE:
+                await self.current_usage()
+            return self._root_xattrs()[name]
+        fh = self._handle_of(inode, pid)
+        agent = self.handles.files[fh].agent if fh is not None else None
+        if name == XATTR_AGENT and agent:
+            return agent.encode()
+        raise fail(errno.ENODATA)
+
+    def listxattr(self, inode: int) -> list[str]:
+        return list(self._root_xattrs()) if inode == ROOT_INODE else []
+
+    async def setxattr(self, inode: int, name: str, value: bytes, pid: int) -> None:
+        """Only memfs's own, on a file the calling process has open: ``user.memfs.agent`` (who
+        is writing, recorded with the upload) and ``user.memfs.atomic`` (XATTR_ATOMIC)."""
+        if name not in (XATTR_AGENT, XATTR_ATOMIC):
+            raise fail(errno.ENOTSUP)
+        # fsetxattr reaches us without the file handle: take the caller's latest handle.
+        fh = self._handle_of(inode, pid)
+        if fh is None:
+            raise fail(errno.ENOTSUP)
+        if name == XATTR_ATOMIC:
+            await self._make_private(fh)
+            return
+        try:
+            agent = value.decode("ascii")
+        except UnicodeDecodeError:
+            raise fail(errno.EINVAL) from None
+        if not protocol.valid_agent_id(agent):
+            raise fail(errno.EINVAL)
+        self.handles.files[fh].agent = agent
+
+    def _handle_of(self, inode: int, tid: int) -> int | None:
+        """The caller's latest handle on ``inode``: opened by the same thread if there is one
+        (agents in threads of one process each have their own), else by the same process."""
+        owner = self.handles.owner
+        on_inode = [fh for fh, of in self.handles.files.items() if of.node.inode == inode]
+        for same in (lambda o: o[0] == tid, lambda o: o[1] == thread_group(tid)):
+            mine = [fh for fh in on_inode if fh in owner and same(owner[fh])]
+            if mine:
+                return max(mine)
+        return None
+
+    async def _make_private(self, fh: int) -> None:
+        """Turn one handle into an all-or-nothing transaction of its own.
+
+        From now on its reads see the version it started from, its writes are seen by no one
+        else, fsync uploads them with one PUT conditional on that version (ESTALE if anyone
+        committed meanwhile), and a close without fsync discards them.
+        """
+        shared = self.handles.files[fh]
+        if shared.private:
+            shared.atomic = True
+            return
+        node = shared.node
+        async with shared.lock:
+            private = OpenFile(node, handles=1, atomic=True, private=True,
+                               is_new=shared.is_new, remote_size=shared.remote_size,
+                               agent=shared.agent)
+            if shared.is_new:
+                private.data = bytearray(shared.data or b"")
+                private.dirty = True
+            elif shared.data is not None and self._current_state(shared) and not shared.dirty:
+                private.data = bytearray(shared.data)
+                private.base_etag = shared.base_etag
+            else:  # others' uncommitted changes are not ours to start from: load S3's version
+                private.base_etag = node.etag
+            shared.handles -= 1
+            if shared.handles == 0 and self.handles.shared.get(node.inode) is shared:
+                del self.handles.shared[node.inode]
+            self.handles.files[fh] = self.handles.privates[fh] = private
