@@ -1,0 +1,155 @@
+"""An in-memory stand-in for ``memfs.store.Store``: the same methods and errors, no HTTP.
+
+For tests of the mount's core without S3 or a kernel (the reference-model test). It keeps what
+S3 semantics the core relies on: ETags that change with every write, conditional PUT (If-Match /
+If-None-Match: *) answering ESTALE, conditional GET answering NotModified, delimited listings with
+implied directories and markers, server-side copy. Thread-safe: the core calls it from worker
+threads, several at once during a directory rename.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+from memfs import protocol
+from memfs.store import Listing, NotModified, ObjectInfo, StoreError
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class MemoryStore:
+    def __init__(self, bucket: str = "model", prefix: str = "") -> None:
+        self.bucket = bucket
+        self.prefix = prefix
+        # key -> (bytes, user metadata, etag, last-modified)
+        self.objects: dict[str, tuple[bytes, dict[str, str], str, float]] = {}
+        self.calls: Counter[str] = Counter()
+        self._etags = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def key(self, path: str) -> str:
+        return self.prefix + path
+
+    def dir_key(self, path: str) -> str:
+        return self.prefix + path + "/" if path else self.prefix
+
+    def _info(self, key: str) -> ObjectInfo:
+        data, meta, etag, modified = self.objects[key]
+        mtime = float(meta[protocol.META_MTIME]) if protocol.META_MTIME in meta else modified
+        return ObjectInfo(len(data), etag, mtime, _int(meta.get(protocol.META_MODE)),
+                          _int(meta.get(protocol.META_UID)), _int(meta.get(protocol.META_GID)))
+
+    def _listed(self, key: str) -> ObjectInfo:
+        data, _meta, etag, modified = self.objects[key]
+        return ObjectInfo(len(data), etag, modified)
+
+    def _write(self, key: str, data: bytes, meta: dict[str, str]) -> str:
+        etag = f'"{next(self._etags):032x}"'
+        self.objects[key] = (bytes(data), dict(meta), etag, time.time())
+        return etag
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def check_access(self) -> None:
+        self.calls["LIST"] += 1
+
+    def head(self, path: str, *, directory: bool = False) -> ObjectInfo | None:
+        key = self.dir_key(path) if directory else self.key(path)
+        with self._lock:
+            self.calls["HEAD"] += 1
+            return self._info(key) if key in self.objects else None
+
+    def get(self, path: str, if_none_match: str | None = None) -> tuple[bytes, ObjectInfo]:
+        key = self.key(path)
+        with self._lock:
+            self.calls["GET"] += 1
+            if key not in self.objects:
+                raise StoreError(errno.ENOENT, f"GET {key}: no such key", "NoSuchKey")
+            info = self._info(key)
+            if if_none_match is not None and if_none_match == info.etag:
+                raise NotModified()
+            return self.objects[key][0], info
+
+    def list_dir(self, path: str) -> Listing:
+        prefix = self.dir_key(path)
+        listing = Listing()
+        with self._lock:
+            self.calls["LIST"] += 1
+            for key in self.objects:
+                if not key.startswith(prefix):
+                    continue
+                rest = key[len(prefix):]
+                if rest == "":
+                    listing.has_marker = True
+                elif "/" in rest:
+                    listing.dirs.add(rest.split("/", 1)[0])
+                else:  # like S3, a LIST carries no user metadata
+                    listing.files[rest] = self._listed(key)
+        for name in listing.dirs & listing.files.keys():
+            del listing.files[name]
+        return listing
+
+    def walk_keys(self, path: str) -> Iterator[tuple[str, ObjectInfo]]:
+        prefix = self.dir_key(path)
+        with self._lock:
+            self.calls["LIST"] += 1
+            found = [(k[len(prefix):], self._listed(k)) for k in sorted(self.objects)
+                     if k.startswith(prefix)]
+        yield from found
+
+    def dir_is_empty(self, path: str) -> bool:
+        prefix = self.dir_key(path)
+        with self._lock:
+            return all(k == prefix for k in self.objects if k.startswith(prefix))
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def put(self, path: str, data: bytes, metadata: dict[str, str], *,
+            if_match: str | None = None, if_none_match: bool = False,
+            content_type: str = "application/octet-stream",
+            directory: bool = False) -> ObjectInfo:
+        key = self.dir_key(path) if directory else self.key(path)
+        with self._lock:
+            self.calls["PUT"] += 1
+            current = self.objects.get(key)
+            if if_match and (current is None or current[2] != if_match):
+                raise StoreError(errno.ESTALE, f"PUT {key}: precondition failed", "412")
+            if not if_match and if_none_match and current is not None:
+                raise StoreError(errno.ESTALE, f"PUT {key}: exists", "412")
+            self._write(key, data, metadata)
+            return self._info(key)
+
+    def copy(self, src: str, dst: str, *, metadata: dict[str, str] | None = None,
+             src_etag: str | None = None, directory: bool = False) -> str:
+        src_key = self.dir_key(src) if directory else self.key(src)
+        dst_key = self.dir_key(dst) if directory else self.key(dst)
+        with self._lock:
+            self.calls["COPY"] += 1
+            if src_key not in self.objects:
+                raise StoreError(errno.ENOENT, f"COPY {src_key}: no such key", "NoSuchKey")
+            data, meta, etag, _ = self.objects[src_key]
+            if src_etag and src_etag != etag:
+                raise StoreError(errno.ESTALE, f"COPY {src_key}: precondition failed", "412")
+            return self._write(dst_key, data, meta if metadata is None else metadata)
+
+    def delete(self, path: str, *, directory: bool = False) -> None:
+        key = self.dir_key(path) if directory else self.key(path)
+        with self._lock:
+            self.calls["DELETE"] += 1
+            self.objects.pop(key, None)
+
+    def delete_keys(self, keys: list[str]) -> None:
+        with self._lock:
+            self.calls["DELETE"] += 1
+            for k in keys:
+                self.objects.pop(self.prefix + k, None)
