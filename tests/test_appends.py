@@ -12,6 +12,7 @@ import errno
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,39 @@ def test_bash_builtin_echo_appends_after_a_listing_on_two_mounts(mount_factory, 
         subprocess.run(["bash", "-c", f'echo b{i} >> "$0"', str(b / "notes.md")], check=True)
     final = s3.get_object(Bucket=BUCKET, Key="notes.md")["Body"].read().decode()
     assert final == "# notes\n" + "".join(f"a{i}\nb{i}\n" for i in range(4))
+
+
+def test_a_redirect_never_shows_s3_an_empty_file_while_the_command_runs(
+        mount_factory, s3) -> None:
+    """`( sleep; echo new ) > f`: until the command writes, S3 keeps the old bytes; the
+    redirect costs one PUT, not two."""
+    a = mount_factory()
+    (a / "notes.md").write_text("old\n")
+    proc = subprocess.Popen(["bash", "-c", '( sleep 1.5; echo new ) > "$0"', str(a / "notes.md")])
+    seen = set()
+    while proc.poll() is None:
+        seen.add(s3.get_object(Bucket=BUCKET, Key="notes.md")["Body"].read())
+    assert proc.returncode == 0
+    seen.add(s3.get_object(Bucket=BUCKET, Key="notes.md")["Body"].read())
+    assert seen <= {b"old\n", b"new\n"} and b"new\n" in seen, seen
+    assert b"old\n" in seen  # the loop did watch while the command ran
+
+
+def test_truncating_without_writing_still_reaches_s3(mount_factory, s3) -> None:
+    """`: > f` (open O_TRUNC, close) uploads the empty file by the time the last descriptor is
+    released; fsync() on such a descriptor uploads at once."""
+    a = mount_factory()
+    (a / "f").write_text("bytes\n")
+    subprocess.run(["bash", "-c", ': > "$0"', str(a / "f")], check=True)
+    wait = 0
+    while s3.get_object(Bucket=BUCKET, Key="f")["Body"].read() != b"" and wait < 100:
+        time.sleep(0.05)  # release follows close() asynchronously
+        wait += 1
+    assert s3.get_object(Bucket=BUCKET, Key="f")["Body"].read() == b""
+    (a / "g").write_text("bytes\n")
+    fd = os.open(a / "g", os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.fsync(fd)
+        assert s3.get_object(Bucket=BUCKET, Key="g")["Body"].read() == b""
+    finally:
+        os.close(fd)

@@ -106,7 +106,8 @@ class DataPath(Upload):
             # A rewrite gets a copy of its own: until its close uploads the new version, every
             # other reader on this mount keeps seeing the old one, never an empty file.
             private = OpenFile(node, data=bytearray(), dirty=node.size > 0, private=True,
-                               base_etag=node.etag, remote_size=node.size)
+                               base_etag=node.etag, remote_size=node.size,
+                               truncation_only=node.size > 0)
             return self._new_handle(private, pid, writing=True)
         append = writing and bool(flags & os.O_APPEND)
         of = self.handles.shared.get(node.inode)
@@ -133,6 +134,7 @@ class DataPath(Upload):
 
     async def _truncate(self, of: OpenFile, size: int) -> None:
         self.usage.check_file_size(size)
+        of.truncation_only = False
         if size == 0:
             of.data = bytearray()
         else:
@@ -175,6 +177,7 @@ class DataPath(Upload):
             off = len(data)
             self.kernel.forget_attrs(of.node.inode)
         self.usage.check_file_size(max(len(data), off + len(buf)))
+        of.truncation_only = False
         if off > len(data):
             data.extend(b"\0" * (off - len(data)))
         data[off:off + len(buf)] = buf
@@ -203,7 +206,7 @@ class DataPath(Upload):
                 log.warning("changes to %s discarded: their upload failed at close", of.node.path)
                 self._discard(of)
             else:
-                await self._flush(of, commit=False)
+                await self._flush(of, commit=False, final=True)
         except OSError as exc:
             # The kernel discards release errors; flush already reported this one to close().
             log.warning("upload of %s at release failed: %s", of.node.path, exc)

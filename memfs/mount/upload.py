@@ -100,9 +100,12 @@ class Upload(Namespace):
             node.validated_at = 0.0  # re-read attributes from S3 at next use
         of.dirty = of.meta_dirty = of.is_new = False
 
-    async def _flush(self, of: OpenFile, *, commit: bool) -> None:
-        """Upload pending changes. ``commit`` is fsync's; an atomic writer uploads only then."""
+    async def _flush(self, of: OpenFile, *, commit: bool, final: bool = False) -> None:
+        """Upload pending changes. ``commit`` is fsync's; an atomic writer uploads only then.
+        ``final`` is the last release's: a truncation-only state uploads then at the latest."""
         if of.atomic and not commit:
+            return
+        if of.truncation_only and not (commit or final):
             return
         async with of.lock:
             if of.node.detached:
@@ -203,11 +206,12 @@ class Upload(Namespace):
                     "%d bytes are kept at %s", path, len(data), where)
 
     async def flush_all(self) -> int:
-        """Upload every open file with unsaved changes; returns how many failed."""
+        """Upload every open file with unsaved changes (O_TRUNC rewrites included; a
+        transaction's uncommitted changes stay uncommitted); returns how many failed."""
         failed = 0
-        for of in list(self.handles.shared.values()):
+        for of in self.handles.states():
             try:
-                await self._flush(of, commit=False)
+                await self._flush(of, commit=False, final=True)
             except OSError as exc:
                 failed += 1
                 log.error("could not upload %s before unmount: %s", of.node.path, exc)
