@@ -24,6 +24,7 @@ class MountEntry:
     fstype: str
     source: str
     device: str  # "major:minor", as st_dev of files on it
+    mount_id: int = 0  # as /proc/PID/fdinfo/FD's mnt_id
 
 
 def unescape(field: str) -> str:
@@ -55,7 +56,7 @@ def mount_entries(mountinfo: str = MOUNTINFO) -> list[MountEntry]:
         if sep + 2 >= len(fields):
             continue
         out.append(MountEntry(Path(unescape(fields[4])), unescape(fields[sep + 1]),
-                              unescape(fields[sep + 2]), fields[2]))
+                              unescape(fields[sep + 2]), fields[2], int(fields[0])))
     return out
 
 

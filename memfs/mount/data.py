@@ -188,7 +188,15 @@ class DataPath(Upload):
         return len(buf)
 
     async def flush(self, fh: int) -> None:
-        await self._flush(self.handles.files[fh], commit=False)
+        of = self.handles.files[fh]
+        if of.truncation_only:
+            # `cmd > f`: the shell closes its own descriptor right after dup2, before cmd has
+            # written. While the opening process still holds the file, the upload waits (for
+            # a write's close, fsync or release), so S3 never shows an empty file meanwhile.
+            _tid, pid = self.handles.owner[fh]
+            if self.kernel.holds_file(pid, of.node.inode):
+                return
+        await self._flush(of, commit=False)
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         await self._flush(self.handles.files[fh], commit=True)
@@ -206,7 +214,7 @@ class DataPath(Upload):
                 log.warning("changes to %s discarded: their upload failed at close", of.node.path)
                 self._discard(of)
             else:
-                await self._flush(of, commit=False, final=True)
+                await self._flush(of, commit=False)
         except OSError as exc:
             # The kernel discards release errors; flush already reported this one to close().
             log.warning("upload of %s at release failed: %s", of.node.path, exc)

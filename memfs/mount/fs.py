@@ -14,15 +14,19 @@ import contextlib
 import errno
 import functools
 import logging
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyfuse3
 
+from memfs import protocol
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import Kind, Node
 from memfs.mount.state import NAME_MAX, AttrChange, Caller, Kernel, Opened
+from memfs.mountinfo import mount_entries
 from memfs.store import Store
 
 log = logging.getLogger(__name__)
@@ -96,7 +100,35 @@ def _file_info(opened: Opened) -> pyfuse3.FileInfo:
 
 
 class KernelNotifier(Kernel):
-    """The core's cache notifications, sent to the kernel through pyfuse3's session."""
+    """The core's cache notifications, sent to the kernel through pyfuse3's session, and what
+    the core asks about processes (from /proc)."""
+
+    def __init__(self, mountpoint: Path) -> None:
+        self.mountpoint = Path(os.path.abspath(mountpoint))  # no realpath: it would stat us
+        self._mount_id: int | None = None
+
+    def holds_file(self, pid: int, inode: int) -> bool:
+        # Trap: never stat /proc/PID/fd/N — that follows the link into this very mount and
+        # would wait for a reply from the thread asking. fdinfo names the inode and the mount
+        # without touching the file.
+        if self._mount_id is None:
+            mine = [e for e in mount_entries() if e.mountpoint == self.mountpoint
+                    and e.fstype == protocol.FSTYPE]
+            self._mount_id = mine[-1].mount_id if mine else -1
+        try:
+            fds = os.listdir(f"/proc/{pid}/fdinfo")
+        except OSError:
+            return False
+        for fd in fds[:4096]:
+            try:
+                with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii", errors="replace") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+            except OSError:
+                continue
+            if (fields.get("ino", "").strip() == str(inode)
+                    and fields.get("mnt_id", "").strip() == str(self._mount_id)):
+                return True
+        return False
 
     def forget_attrs(self, inode: int) -> None:
         with contextlib.suppress(OSError):
@@ -125,7 +157,7 @@ class MemFS(pyfuse3.Operations):
     @mounted.setter
     def mounted(self, value: bool) -> None:
         self._mounted = value
-        self.core.kernel = KernelNotifier() if value else Kernel()
+        self.core.kernel = KernelNotifier(self.core.config.mountpoint) if value else Kernel()
 
     @property
     def usage(self):  # the daemon counts usage at mount time

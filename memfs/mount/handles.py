@@ -51,9 +51,10 @@ class OpenFile:
     private: bool = False
     # The last upload failed and close()/fsync() reported it: release must not retry unseen.
     upload_failed: bool = False
-    # An O_TRUNC open whose only change so far is the truncation. Its upload waits for a write,
-    # fsync() or the last release: a shell's `cmd > f` closes its own descriptor right after
-    # dup2, and uploading then would show S3 an empty file for as long as cmd runs.
+    # An O_TRUNC open whose only change so far is the truncation. A close() while the opening
+    # process still holds the file does not upload it (see DataPath.flush): a shell's `cmd > f`
+    # closes its own descriptor right after dup2, and uploading then would show S3 an empty
+    # file for as long as cmd runs.
     truncation_only: bool = False
     lock: trio.Lock = field(default_factory=trio.Lock)
 

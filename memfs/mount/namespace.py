@@ -80,6 +80,7 @@ class Namespace(CoreState):
             if node is None:
                 node = self.inodes.add(path, Kind.DIR, stat.S_IFDIR | cfg.default_dir_mode,
                                        cfg.uid, cfg.gid)
+                node.mtime = self.started  # until its marker says otherwise
             node.validated_at = max(node.validated_at, now)
             return node
         info = listing.files[name]
@@ -276,15 +277,47 @@ class Namespace(CoreState):
         node = self._dir(inode)
         listing = await self._listing(node)
         parent = self.inodes.at(node.parent_path()) or node
-        entries: list[tuple[str, Node]] = [(".", node), ("..", parent)]
+        children: list[tuple[str, Node]] = []
         for name in listing.names():
             child = self._sync_child(node, name, listing)
             if child is not None:
-                entries.append((name, child))
+                children.append((name, child))
+        entries = [(".", node), ("..", parent), *await self._with_metadata(children)]
         fh = self.handles.new_fh()
         # A snapshot per handle keeps readdir offsets stable while the directory changes.
         self.handles.dirs[fh] = entries
         return fh
+
+    async def _with_metadata(self, children: list[tuple[str, Node]]) -> list[tuple[str, Node]]:
+        """The entries with their stored type, mode, owner and mtime, read where unknown.
+
+        Trap: readdirplus hands the kernel each entry's attributes, and the kernel keeps an
+        inode's type for good. A LIST carries no metadata, so an entry not read yet would show
+        as a regular 0600 file (a symlink too: `find -type l`, `cp -a`, `tar -c` then go wrong).
+        So every entry this mount has not read is read first, concurrently (bounded by the
+        S3 limiter): once per entry per mount, a GET for a small file (its bytes then wait in
+        the content cache: a view or grep that follows costs nothing), else a HEAD. An entry that vanished meanwhile is left out;
+        any other failure fails the whole opendir rather than show defaults as facts.
+        """
+        unknown = [i for i, (_, n) in enumerate(children)
+                   if not n.meta_known and not self._is_local(n)]
+        if not unknown:
+            return children
+        found: list[Node | None] = [n for _, n in children]
+        errors: list[OSError] = []
+
+        async def read(i: int) -> None:
+            try:
+                found[i] = await self._read_metadata(children[i][1])
+            except OSError as exc:
+                errors.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for i in unknown:
+                nursery.start_soon(read, i)
+        if errors:
+            raise errors[0]
+        return [(name, n) for (name, _), n in zip(children, found, strict=True) if n is not None]
 
     def dir_entries(self, fh: int) -> list[tuple[str, Node]]:
         """The snapshot ``opendir`` took: ``.``, ``..``, then the entries by name."""

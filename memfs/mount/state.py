@@ -88,6 +88,10 @@ class Kernel:
         """The kernel's cached answer for ``name`` in ``parent_inode`` is stale (asynchronous:
         the kernel may hold the directory's lock while we answer a request)."""
 
+    def holds_file(self, pid: int, inode: int) -> bool:
+        """Whether process ``pid`` still has a descriptor open on ``inode`` of this mount."""
+        return False
+
 
 class CoreState:
     """One mount's state, and the helpers every concern shares.
@@ -115,6 +119,9 @@ class CoreState:
         self._list_locks: dict[int, trio.Lock] = {}
         self.writer = f"{socket.gethostname()}/{config.instance}"
         self.usage = Usage(config.max_file_size, config.max_total_bytes, config.max_files)
+        # The mtime of a directory that has no marker metadata: stable for the mount's life (a
+        # directory whose mtime moved between two stats makes `tar -c` fail).
+        self.started = time.time()
 
     # -- helpers every concern uses ----------------------------------------------------------
 

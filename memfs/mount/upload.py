@@ -100,12 +100,9 @@ class Upload(Namespace):
             node.validated_at = 0.0  # re-read attributes from S3 at next use
         of.dirty = of.meta_dirty = of.is_new = False
 
-    async def _flush(self, of: OpenFile, *, commit: bool, final: bool = False) -> None:
-        """Upload pending changes. ``commit`` is fsync's; an atomic writer uploads only then.
-        ``final`` is the last release's: a truncation-only state uploads then at the latest."""
+    async def _flush(self, of: OpenFile, *, commit: bool) -> None:
+        """Upload pending changes. ``commit`` is fsync's; an atomic writer uploads only then."""
         if of.atomic and not commit:
-            return
-        if of.truncation_only and not (commit or final):
             return
         async with of.lock:
             if of.node.detached:
@@ -211,7 +208,7 @@ class Upload(Namespace):
         failed = 0
         for of in self.handles.states():
             try:
-                await self._flush(of, commit=False, final=True)
+                await self._flush(of, commit=False)
             except OSError as exc:
                 failed += 1
                 log.error("could not upload %s before unmount: %s", of.node.path, exc)
