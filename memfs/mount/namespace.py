@@ -296,8 +296,9 @@ class Namespace(CoreState):
         as a regular 0600 file (a symlink too: `find -type l`, `cp -a`, `tar -c` then go wrong).
         So every entry this mount has not read is read first, concurrently (bounded by the
         S3 limiter): once per entry per mount, a GET for a small file (its bytes then wait in
-        the content cache: a view or grep that follows costs nothing), else a HEAD. An entry that vanished meanwhile is left out;
-        any other failure fails the whole opendir rather than show defaults as facts.
+        the content cache: a view or grep that follows costs nothing), else a HEAD. An entry
+        that vanished meanwhile is left out; any other failure fails the whole opendir rather
+        than show defaults as facts.
         """
         unknown = [i for i, (_, n) in enumerate(children)
                    if not n.meta_known and not self._is_local(n)]
