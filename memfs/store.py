@@ -269,6 +269,20 @@ class Store:
         except Exception as exc:
             raise translate(exc, "LIST", prefix) from exc
 
+    def probe(self, path: str) -> ObjectInfo | bool | None:
+        """What one name in a directory is, without listing the directory: the object's
+        attributes (a HEAD), True if it is a directory (a LIST of ``path/`` with MaxKeys=1 finds
+        a marker or a deeper key), None if neither. 1 request for a file, 2 otherwise."""
+        info = self.head(path)
+        if info is not None:
+            return info
+        prefix = self.dir_key(path)
+        try:
+            resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, MaxKeys=1)
+        except Exception as exc:
+            raise translate(exc, "LIST", prefix) from exc
+        return True if resp.get("KeyCount", len(resp.get("Contents", ()))) else None
+
     def dir_is_empty(self, path: str) -> bool:
         """True when nothing but the directory's own marker lives under it (one small LIST)."""
         prefix = self.dir_key(path)

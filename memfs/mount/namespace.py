@@ -27,6 +27,9 @@ from memfs.store import ObjectInfo, StoreError
 
 # Files up to this size are read whole when their metadata is first needed (see _read_metadata).
 SMALL_FILE = 256 * 1024
+# A directory with more entries than one LIST page: once its listing expires, single names are
+# probed (_probe) instead of re-listing all of it.
+BIG_DIR = 1000
 
 
 class Namespace(CoreState):
@@ -104,11 +107,60 @@ class Namespace(CoreState):
         node = self.inodes.at(child_path(parent.path, name))
         if node is not None and (self._fresh(node.validated_at) or self._is_local(node)):
             return node
-        if for_create and node is None and parent.listing is not None \
-                and parent.listing.kind_of(name) is None:
+        stale = parent.listing
+        if for_create and node is None and stale is not None and stale.kind_of(name) is None:
             return None
+        if stale is not None and len(stale.files) + len(stale.dirs) > BIG_DIR \
+                and not self._fresh(stale.fetched_at):
+            return await self._probe(parent, name)
         listing = await self._listing(parent)
         return self._sync_child(parent, name, listing)
+
+    async def _probe(self, parent: Node, name: str) -> Node | None:
+        """``_resolve`` in a big directory whose listing has expired: ask S3 about this one
+        name (a HEAD, plus a one-key LIST if it is no file) instead of re-listing thousands of
+        entries for every `cat`, `stat` or create. The expired listing takes the answer, so
+        a readdir that re-lists later stays consistent with it."""
+        path = child_path(parent.path, name)
+        found = await self._s3(self.store.probe, path)
+        now = time.time()
+        node = self.inodes.at(path)
+        if node is not None and self._is_local(node):
+            return node  # became this mount's own while S3 answered
+        if parent.listing is not None:
+            what: object = None
+            if found is True:
+                what = Kind.DIR
+            elif isinstance(found, ObjectInfo):
+                what = ObjectInfo(found.size, found.etag, found.mtime)
+            parent.listing.apply(name, what)
+        if found is None:
+            if node is not None:
+                self.inodes.detach(path)
+            return None
+        kind = Kind.DIR if found is True else (
+            Kind.LINK if isinstance(found, ObjectInfo) and stat.S_ISLNK(found.mode or 0)
+            else Kind.FILE)
+        if node is not None and node.kind is not kind:
+            self.inodes.detach(path)  # replaced by an entry of another kind
+            node = None
+        cfg = self.config
+        if kind is Kind.DIR:
+            if node is None:
+                node = self.inodes.add(path, Kind.DIR, stat.S_IFDIR | cfg.default_dir_mode,
+                                       cfg.uid, cfg.gid)
+                node.mtime = self.started
+            node.validated_at = now
+            return node
+        assert isinstance(found, ObjectInfo)
+        if node is None:
+            bits = stat.S_IFLNK if kind is Kind.LINK else stat.S_IFREG
+            node = self.inodes.add(path, kind, bits | cfg.default_file_mode, cfg.uid, cfg.gid)
+        if node.etag != found.etag and node.nlookup:
+            self.kernel.forget_attrs(node.inode)
+        node.apply_info(found, now)
+        node.meta_known = True  # a HEAD carries the metadata
+        return node
 
     async def _new_name(self, parent_inode: int, name: str, *,
                         directory: bool) -> tuple[Node, str]:
