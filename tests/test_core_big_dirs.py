@@ -49,7 +49,7 @@ def test_lookups_in_an_expired_big_listing_probe_one_name() -> None:
         assert sub is not None and sub.kind is Kind.DIR
         assert dict(store.calls) == {"HEAD": 2, "LIST": 1}  # file? no; dir? yes; its marker
         store.calls.clear()
-        opened, node = await core.create(big.inode, "new", 0o644, os.O_WRONLY, ME)
+        opened, _node = await core.create(big.inode, "new", 0o644, os.O_WRONLY, ME)
         await core.write(opened.fh, 0, b"new")
         await core.release(opened.fh)
         assert dict(store.calls) == {"PUT": 1}  # the probe's "no" answers the create

@@ -22,6 +22,10 @@ from memfs.mount.upload import Upload
 
 log = logging.getLogger(__name__)
 
+# The suffix of SQLite's WAL index, which SQLite maps MAP_SHARED: such files are opened without
+# direct_io (which refuses shared mappings), so WAL mode works on one mount.
+SQLITE_SHM = "-shm"
+
 
 class DataPath(Upload):
     """Open files (see the module docstring)."""
@@ -83,9 +87,12 @@ class DataPath(Upload):
         # bypass the cache (direct_io): writers (any may become a private transaction) and
         # opens made while handles on another version are still open. Readers of the one
         # current version keep the cache. (direct_io refuses MAP_SHARED; MAP_PRIVATE works.)
-        direct = writing or of.private or any(
+        # One exception: SQLite's WAL index (`*-shm`) must be mapped MAP_SHARED, and SQLite
+        # never makes it a transaction; its writers keep the cache (see SQLITE_SHM).
+        shm = writing and not of.private and of.node.name().endswith(SQLITE_SHM)
+        direct = (writing and not shm) or of.private or any(
             other is not of for other in self.handles.on_node(of.node))
-        fh = self.handles.add(of, (pid, thread_group(pid)), append=append)
+        fh = self.handles.add(of, (pid, thread_group(pid)), append=append, direct=direct)
         # The kernel bounds reads by the size it cached; a commit or listing may have changed
         # it meanwhile. Dropping its cached attributes makes a read past that size ask getattr.
         self.kernel.forget_attrs(of.node.inode)

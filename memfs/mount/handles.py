@@ -86,6 +86,8 @@ class HandleTable:
     # Handles opened with O_APPEND: their writes go at the end of the bytes they hold, never at
     # the offset the kernel computed from the size it cached (possibly stale).
     append: set[int] = field(default_factory=set)
+    # Handles that bypass the kernel's page cache (direct_io; see DataPath._new_handle).
+    direct: set[int] = field(default_factory=set)
     # Directory handles: a snapshot of the entries per handle keeps readdir offsets stable.
     dirs: dict[int, list[tuple[str, Node]]] = field(default_factory=dict)
     _next_fh: int = 1
@@ -95,8 +97,10 @@ class HandleTable:
         self._next_fh += 1
         return fh
 
-    def add(self, of: OpenFile, owner: tuple[int, int], *, append: bool) -> int:
+    def add(self, of: OpenFile, owner: tuple[int, int], *, append: bool, direct: bool) -> int:
         fh = self.new_fh()
+        if direct:
+            self.direct.add(fh)
         of.handles += 1
         self.files[fh] = of
         self.owner[fh] = owner
@@ -112,6 +116,7 @@ class HandleTable:
         self.privates.pop(fh, None)
         self.owner.pop(fh, None)
         self.append.discard(fh)
+        self.direct.discard(fh)
         of.handles -= 1
         return of
 
@@ -131,6 +136,7 @@ class HandleTable:
             for fh in keyed:
                 assert fh in self.files, f"{name} has handle {fh} that is not open"
         assert self.append <= self.files.keys(), "append names a handle that is not open"
+        assert self.direct <= self.files.keys(), "direct names a handle that is not open"
         for fh, of in self.privates.items():
             assert self.files[fh] is of and of.private, f"privates[{fh}] is not its handle's"
         counts: dict[int, int] = {}

@@ -67,6 +67,10 @@ class Transactions(DataPath):
         if fh is None:
             raise fail(errno.ENOTSUP)
         if name == XATTR_ATOMIC:
+            if fh not in self.handles.direct:
+                # Its writes go through the kernel's page cache, which every handle of the file
+                # shares: a private copy's bytes would show through it (SQLite's -shm only).
+                raise fail(errno.EBUSY)
             await self._make_private(fh)
             return
         try:
