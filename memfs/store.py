@@ -16,9 +16,9 @@ timeouts), so an endpoint that is down becomes EIO after a bounded time instead 
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
+import math
 import stat
 import time
 from collections.abc import Iterator
@@ -28,7 +28,15 @@ import boto3
 import botocore.exceptions
 from botocore.config import Config
 
-from memfs.protocol import META_GID, META_MODE, META_MTIME, META_UID
+from memfs.protocol import (
+    META_ATIME,
+    META_CTIME,
+    META_GID,
+    META_MODE,
+    META_MTIME,
+    META_RDEV,
+    META_UID,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +85,9 @@ class ObjectInfo:
     mode: int | None = None
     uid: int | None = None
     gid: int | None = None
+    atime: float | None = None
+    ctime: float | None = None
+    rdev: int | None = None
 
 
 @dataclass
@@ -91,33 +102,77 @@ class Listing:
         return not self.files and not self.dirs
 
 
-def metadata_for(mode: int, uid: int, gid: int, mtime: float) -> dict[str, str]:
-    """s3fs-fuse compatible user metadata for an object."""
-    return {META_MODE: str(mode), META_UID: str(uid), META_GID: str(gid),
+def metadata_for(mode: int, uid: int, gid: int, mtime: float, *, atime: float | None = None,
+                 ctime: float | None = None, rdev: int = 0) -> dict[str, str]:
+    """s3fs-fuse compatible user metadata for an object (times in whole seconds, as s3fs)."""
+    meta = {META_MODE: str(mode), META_UID: str(uid), META_GID: str(gid),
             META_MTIME: str(int(mtime))}
+    if atime is not None:
+        meta[META_ATIME] = str(int(atime))
+    if ctime is not None:
+        meta[META_CTIME] = str(int(ctime))
+    if rdev:
+        meta[META_RDEV] = str(rdev)
+    return meta
 
 
-def _parse_int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
+# What object metadata may say. Anything else (negative, huge, NaN, not a number, a file type
+# that does not exist) is what a buggy tool or a hostile writer left: it falls back to the
+# default, with one log line, and never breaks a lookup or a listing.
+_ID_MAX = 2**32 - 2  # (uid_t)-1 means "no change" to chown: not an owner
+_TIME_MAX = 2**37  # year 6325; the kernel's timespec range is far wider, S3 users are not
+_FILE_TYPES = {stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK, stat.S_IFIFO, stat.S_IFCHR,
+               stat.S_IFBLK, stat.S_IFSOCK}
+
+
+def _meta_int(meta: dict[str, str], key: str, lo: int, hi: int, where: str) -> int | None:
+    value = meta.get(key)
+    if value is None:
         return None
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = None
+    if number is None or not lo <= number <= hi:
+        log.warning("%s: ignoring invalid x-amz-meta-%s %.40r", where, key, value)
+        return None
+    return number
 
 
-def _info_from_head(resp: dict) -> ObjectInfo:
-    meta = resp.get("Metadata") or {}
-    mtime = resp["LastModified"].timestamp()
-    if META_MTIME in meta:
-        with contextlib.suppress(ValueError):
-            mtime = float(meta[META_MTIME])
+def _meta_time(meta: dict[str, str], key: str, where: str) -> float | None:
+    value = meta.get(key)
+    if value is None:
+        return None
+    try:
+        number = float(value.strip())
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and 0 <= number <= _TIME_MAX):
+        log.warning("%s: ignoring invalid x-amz-meta-%s %.40r", where, key, value)
+        return None
+    return number
+
+
+def info_from_metadata(size: int, etag: str, last_modified: float, meta: dict[str, str],
+                       where: str) -> ObjectInfo:
+    """An object's attributes from its user metadata, sanitised (see _FILE_TYPES above): the one
+    place bucket metadata becomes attributes."""
+    mode = _meta_int(meta, META_MODE, 0, 0o177777, where)
+    if mode is not None and stat.S_IFMT(mode) not in _FILE_TYPES | {0}:
+        log.warning("%s: ignoring x-amz-meta-%s %o: no such file type", where, META_MODE, mode)
+        mode = None
+    mtime = _meta_time(meta, META_MTIME, where)
     return ObjectInfo(
-        size=int(resp.get("ContentLength", 0)),
-        etag=resp["ETag"],
-        mtime=mtime,
-        mode=_parse_int(meta.get(META_MODE)),
-        uid=_parse_int(meta.get(META_UID)),
-        gid=_parse_int(meta.get(META_GID)),
-    )
+        size=size, etag=etag, mtime=last_modified if mtime is None else mtime, mode=mode,
+        uid=_meta_int(meta, META_UID, 0, _ID_MAX, where),
+        gid=_meta_int(meta, META_GID, 0, _ID_MAX, where),
+        atime=_meta_time(meta, META_ATIME, where), ctime=_meta_time(meta, META_CTIME, where),
+        rdev=_meta_int(meta, META_RDEV, 0, 2**64 - 1, where))
+
+
+def _info_from_head(resp: dict, key: str) -> ObjectInfo:
+    return info_from_metadata(int(resp.get("ContentLength", 0)), resp["ETag"],
+                              resp["LastModified"].timestamp(), resp.get("Metadata") or {}, key)
 
 
 def _request_id(exc: Exception) -> str:
@@ -206,7 +261,7 @@ class Store:
             if err.errno == errno.ENOENT:
                 return None
             raise err from exc
-        return _info_from_head(resp)
+        return _info_from_head(resp, key)
 
     def get(self, path: str, if_none_match: str | None = None) -> tuple[bytes, ObjectInfo]:
         """The object's bytes and attributes; NotModified if ``if_none_match`` is still current."""
@@ -221,7 +276,7 @@ class Store:
             raise translate(exc, "GET", key) from exc
         except Exception as exc:
             raise translate(exc, "GET", key) from exc
-        return data, _info_from_head(resp)
+        return data, _info_from_head(resp, key)
 
     def list_dir(self, path: str) -> Listing:
         """All children of a directory, from delimited LIST pages (1,000 keys per request)."""
@@ -327,9 +382,7 @@ class Store:
                 raise StoreError(errno.ESTALE, f"PUT {key}: deleted by another writer",
                                  err.code) from exc
             raise err from exc
-        return ObjectInfo(size=len(data), etag=resp["ETag"], mtime=float(metadata.get(
-            META_MTIME, time.time())), mode=_parse_int(metadata.get(META_MODE)),
-            uid=_parse_int(metadata.get(META_UID)), gid=_parse_int(metadata.get(META_GID)))
+        return info_from_metadata(len(data), resp["ETag"], time.time(), metadata, key)
 
     def copy(
         self,
@@ -386,7 +439,3 @@ class Store:
 def _valid_name(name: str) -> bool:
     """Keys that cannot be shown as a directory entry ('a//b', '.', '..', '') are skipped."""
     return bool(name) and "/" not in name and name not in (".", "..") and "\0" not in name
-
-
-def is_symlink_mode(mode: int | None) -> bool:
-    return mode is not None and stat.S_ISLNK(mode)

@@ -16,15 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
-from memfs import protocol
-from memfs.store import Listing, NotModified, ObjectInfo, StoreError
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
+from memfs.store import Listing, NotModified, ObjectInfo, StoreError, info_from_metadata
 
 
 class MemoryStore:
@@ -45,9 +37,7 @@ class MemoryStore:
 
     def _info(self, key: str) -> ObjectInfo:
         data, meta, etag, modified = self.objects[key]
-        mtime = float(meta[protocol.META_MTIME]) if protocol.META_MTIME in meta else modified
-        return ObjectInfo(len(data), etag, mtime, _int(meta.get(protocol.META_MODE)),
-                          _int(meta.get(protocol.META_UID)), _int(meta.get(protocol.META_GID)))
+        return info_from_metadata(len(data), etag, modified, meta, key)
 
     def _listed(self, key: str) -> ObjectInfo:
         data, _meta, etag, modified = self.objects[key]

@@ -125,7 +125,7 @@ class Driver:
             if existing.kind is Kind.DIR:
                 raise OSError(errno.EISDIR, "is a directory")
             flags = os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC)
-            opened = await self.core.open(existing.inode, flags, ME.pid)
+            opened = await self.core.open(existing.inode, flags, ME)
         try:
             # The kernel's offset for an append is the size it cached: give a wrong one on
             # purpose (0); the core must still append at the end.
@@ -138,7 +138,7 @@ class Driver:
         node = await self.walk(path)
         if node.kind is Kind.DIR:
             raise OSError(errno.EISDIR, "is a directory")
-        opened = await self.core.open(node.inode, os.O_RDONLY, ME.pid)
+        opened = await self.core.open(node.inode, os.O_RDONLY, ME)
         try:
             return await self.core.read(opened.fh, 0, 1 << 20)
         finally:

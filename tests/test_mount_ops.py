@@ -5,9 +5,11 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -224,20 +226,48 @@ def test_symlinks_are_s3fs_style(mnt: Path, s3) -> None:
         os.symlink("x", mnt / "link")
 
 
-def test_unsupported_kinds_get_clear_errnos(mnt: Path) -> None:
+def test_hard_links_get_a_clear_errno(mnt: Path) -> None:
     (mnt / "f").write_text("f")
     with pytest.raises(OSError) as e:
         os.link(mnt / "f", mnt / "hard")
     assert e.value.errno == errno.EPERM
-    with pytest.raises(OSError) as e:
-        os.mkfifo(mnt / "fifo")
-    assert e.value.errno == errno.EPERM
-    with pytest.raises(OSError) as e:
-        os.mknod(mnt / "dev", stat.S_IFCHR | 0o600, os.makedev(1, 3))
-    assert e.value.errno == errno.EPERM
     os.mknod(mnt / "regular", stat.S_IFREG | 0o600)
     assert (mnt / "regular").read_bytes() == b""
     assert (mnt / "f").read_text() == "f"  # the daemon is still alive and serving
+
+
+def test_special_files_are_s3fs_style_objects(mount_factory, s3) -> None:
+    """FIFOs, devices and sockets are empty objects whose mode carries the type (and rdev),
+    the same kind of file on this mount, on a fresh one, and in S3."""
+    mnt = mount_factory()
+    os.mkfifo(mnt / "fifo", 0o640)
+    os.mknod(mnt / "cdev", stat.S_IFCHR | 0o600, os.makedev(1, 7))
+    os.mknod(mnt / "bdev", stat.S_IFBLK | 0o600, os.makedev(8, 1))
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(mnt / "sock"))
+    checks = {"fifo": stat.S_ISFIFO, "cdev": stat.S_ISCHR, "bdev": stat.S_ISBLK,
+              "sock": stat.S_ISSOCK}
+    for name, is_kind in checks.items():
+        assert body(s3, name) == b""
+        assert is_kind(int(meta(s3, name)["mode"])), name
+        assert is_kind(os.lstat(mnt / name).st_mode), name
+    assert os.lstat(mnt / "cdev").st_rdev == os.makedev(1, 7)
+    assert stat.S_IMODE(os.lstat(mnt / "fifo").st_mode) == 0o640
+    # The FIFO works as one: the kernel serves it, nothing goes to S3.
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append((mnt / "fifo").read_bytes()))
+    reader.start()
+    (mnt / "fifo").write_bytes(b"through the pipe")
+    reader.join(timeout=10)
+    assert got == [b"through the pipe"]
+    fresh = mount_factory()
+    for name, is_kind in checks.items():
+        assert is_kind(os.lstat(fresh / name).st_mode), name
+    assert os.lstat(fresh / "bdev").st_rdev == os.makedev(8, 1)
+    os.rename(fresh / "fifo", fresh / "fifo2")
+    assert stat.S_ISFIFO(os.lstat(fresh / "fifo2").st_mode)
+    os.unlink(fresh / "fifo2")
+    assert "fifo" not in os.listdir(fresh) and "fifo2" not in os.listdir(fresh)
 
 
 def test_names_s3_cannot_hold(mnt: Path) -> None:

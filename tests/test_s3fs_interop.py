@@ -252,3 +252,18 @@ def _describe(path: Path) -> str:
     except OSError as exc:
         return repr(exc)
     return f"mode {oct(s.st_mode)} size {s.st_size}"
+
+
+def test_special_files_cross_between_memfs_and_s3fs(mount_factory, s3fs_mount) -> None:
+    """A FIFO and a device node made through either mount are the same kind of file through
+    the other (s3fs-fuse 1.90 shows every device's rdev as 0, so only the type is compared)."""
+    memfs = mount_factory(PREFIX, "--metadata-ttl", "0")
+    s3fs = s3fs_mount()
+    os.mkfifo(memfs / "m-fifo")
+    os.mknod(memfs / "m-chr", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    eventually(lambda: _assert_eq(stat.S_ISFIFO(os.lstat(s3fs / "m-fifo").st_mode), True))
+    eventually(lambda: _assert_eq(stat.S_ISCHR(os.lstat(s3fs / "m-chr").st_mode), True))
+    os.mkfifo(s3fs / "s-fifo")
+    os.mknod(s3fs / "s-blk", stat.S_IFBLK | 0o600, os.makedev(8, 1))
+    eventually(lambda: _assert_eq(stat.S_ISFIFO(os.lstat(memfs / "s-fifo").st_mode), True))
+    eventually(lambda: _assert_eq(stat.S_ISBLK(os.lstat(memfs / "s-blk").st_mode), True))

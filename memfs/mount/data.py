@@ -22,6 +22,9 @@ from memfs.mount.upload import Upload
 
 log = logging.getLogger(__name__)
 
+# S3's largest object (5 TiB): a file cannot grow past it.
+MAX_OBJECT = 5 * 1024**4
+
 # The suffix of SQLite's WAL index, which SQLite maps MAP_SHARED: such files are opened without
 # direct_io (which refuses shared mappings), so WAL mode works on one mount.
 SQLITE_SHM = "-shm"
@@ -42,7 +45,7 @@ class DataPath(Upload):
                     raise fail(errno.EEXIST)
                 if existing.kind is Kind.DIR:
                     raise fail(errno.EISDIR)
-                fi = await self._open(existing, flags, ctx.pid)
+                fi = await self._open(existing, flags, ctx)
                 self.inodes.hold(existing)
                 return fi, existing
             path = child_path(parent.path, text)
@@ -57,14 +60,14 @@ class DataPath(Upload):
             self._listing_add(parent.path, text, node)
             self.inodes.hold(node)
             writing = flags & os.O_ACCMODE != os.O_RDONLY
-            fi = self._new_handle(of, ctx.pid, writing=writing,
+            fi = self._new_handle(of, ctx, writing=writing,
                                   append=writing and bool(flags & os.O_APPEND))
             return fi, node
 
     async def mknod(self, parent_inode: int, text: str, mode: int, rdev: int,
                     ctx: Caller) -> Node:
         if not stat.S_ISREG(mode):
-            raise fail(errno.EPERM)  # no devices, FIFOs or sockets in an object store
+            return await self.make_special(parent_inode, text, mode, rdev, ctx)
         fi, node = await self.create(parent_inode, text, mode, os.O_WRONLY | os.O_EXCL, ctx)
         await self.release(fi.fh)
         return node
@@ -78,7 +81,7 @@ class DataPath(Upload):
         node = of.node
         return (of.data is None or of.base_etag == node.etag) and self._fresh(node.validated_at)
 
-    def _new_handle(self, of: OpenFile, pid: int, *, writing: bool,
+    def _new_handle(self, of: OpenFile, ctx: Caller, *, writing: bool,
                     append: bool = False) -> Opened:
         # Trap: the kernel caches a file's pages per inode, not per handle, while memfs lets
         # handles of one inode hold different versions (transactions, O_TRUNC rewrites, readers
@@ -92,20 +95,22 @@ class DataPath(Upload):
         shm = writing and not of.private and of.node.name().endswith(SQLITE_SHM)
         direct = (writing and not shm) or of.private or any(
             other is not of for other in self.handles.on_node(of.node))
-        fh = self.handles.add(of, (pid, thread_group(pid)), append=append, direct=direct)
+        fh = self.handles.add(of, (ctx.pid, thread_group(ctx.pid)), append=append, direct=direct)
+        if writing and ctx.uid != 0:
+            self.handles.killpriv.add(fh)
         # The kernel bounds reads by the size it cached; a commit or listing may have changed
         # it meanwhile. Dropping its cached attributes makes a read past that size ask getattr.
         self.kernel.forget_attrs(of.node.inode)
         # The kernel's page cache is dropped at each open: what we serve is what we revalidated.
         return Opened(fh, direct_io=direct)
 
-    async def open(self, inode: int, flags: int, pid: int) -> Opened:
+    async def open(self, inode: int, flags: int, ctx: Caller) -> Opened:
         node = self._node(inode)
         if node.kind is Kind.DIR:
             raise fail(errno.EISDIR)
-        return await self._open(node, flags, pid)
+        return await self._open(node, flags, ctx)
 
-    async def _open(self, node: Node, flags: int, pid: int) -> Opened:
+    async def _open(self, node: Node, flags: int, ctx: Caller) -> Opened:
         writing = flags & os.O_ACCMODE != os.O_RDONLY
         if writing or flags & os.O_TRUNC:
             self._writable(node.path)
@@ -115,7 +120,7 @@ class DataPath(Upload):
             private = OpenFile(node, data=bytearray(), dirty=node.size > 0, private=True,
                                base_etag=node.etag, remote_size=node.size,
                                truncation_only=node.size > 0)
-            return self._new_handle(private, pid, writing=True)
+            return self._new_handle(private, ctx, writing=True)
         append = writing and bool(flags & os.O_APPEND)
         of = self.handles.shared.get(node.inode)
         if of is None or not self._current_state(of) or (
@@ -137,10 +142,26 @@ class DataPath(Upload):
             if of.handles == 0:
                 self.handles.shared.pop(node.inode, None)
             raise
-        return self._new_handle(of, pid, writing=writing, append=append)
+        return self._new_handle(of, ctx, writing=writing, append=append)
+
+    def _check_size(self, size: int) -> None:
+        """EFBIG past S3's largest object, or past --max-file-size."""
+        if size > MAX_OBJECT:
+            raise fail(errno.EFBIG)
+        self.usage.check_file_size(size)
+
+    @staticmethod
+    def _grow(data: bytearray, size: int) -> None:
+        """Extend staged bytes with zeros; a size memory cannot stage is EFBIG, not a crash
+        (open files are staged in memory whole: docs/SEMANTICS.md)."""
+        try:
+            data.extend(bytes(size - len(data)))
+        except MemoryError:
+            log.error("cannot stage a %d-byte file in memory: refused with EFBIG", size)
+            raise fail(errno.EFBIG) from None
 
     async def _truncate(self, of: OpenFile, size: int) -> None:
-        self.usage.check_file_size(size)
+        self._check_size(size)
         of.truncation_only = False
         if size == 0:
             of.data = bytearray()
@@ -151,7 +172,7 @@ class DataPath(Upload):
             if size < len(of.data):
                 del of.data[size:]
             else:
-                of.data.extend(b"\0" * (size - len(of.data)))
+                self._grow(of.data, size)
         of.dirty = True
         if not of.private:
             of.node.size = size
@@ -183,10 +204,18 @@ class DataPath(Upload):
             # cached size is wrong, so drop it.
             off = len(data)
             self.kernel.forget_attrs(of.node.inode)
-        self.usage.check_file_size(max(len(data), off + len(buf)))
+        self._check_size(max(len(data), off + len(buf)))
         of.truncation_only = False
+        node = of.node
+        if fh in self.handles.killpriv and node.mode & (stat.S_ISUID | stat.S_ISGID):
+            # POSIX: a write by anyone but root clears set-user-ID, and set-group-ID where the
+            # group may execute. The new mode goes up with the data.
+            kill = stat.S_ISUID | (stat.S_ISGID if node.mode & stat.S_IXGRP else 0)
+            node.mode &= ~kill
+            node.ctime = time.time()
+            self.kernel.forget_attrs(node.inode)
         if off > len(data):
-            data.extend(b"\0" * (off - len(data)))
+            self._grow(data, off)
         data[off:off + len(buf)] = buf
         of.dirty = True
         if not of.private:  # a transaction's size shows when it commits
@@ -258,6 +287,11 @@ class DataPath(Upload):
         if change.mtime is not None:
             node.mtime = change.mtime
             changed = True
+        if change.atime is not None:
+            node.atime = change.atime
+            changed = True
+        if changed or change.size is not None:
+            node.ctime = time.time()  # every change of the inode moves its ctime
         if changed and inode != ROOT_INODE:
             node.meta_known = True
             if of is not None:

@@ -78,20 +78,29 @@ def entry_attributes(node: Node, ttl: float) -> pyfuse3.EntryAttributes:
     a.entry_timeout = ttl
     a.attr_timeout = ttl
     a.st_mode = node.mode
-    a.st_nlink = 2 if node.kind is Kind.DIR else 1
+    a.st_nlink = _links(node)
     a.st_uid = node.uid
     a.st_gid = node.gid
-    a.st_rdev = 0
+    a.st_rdev = node.rdev
     # Directories report 4,096 bytes like ext4 and s3fs-fuse, so tools that print sizes
     # (the memory tool's directory view among them) show the same on every filesystem.
     a.st_size = 4096 if node.kind is Kind.DIR else node.size
     a.st_blksize = 4096
     a.st_blocks = (node.size + 511) // 512
-    ns = int(node.mtime * 1e9)
-    a.st_atime_ns = ns
-    a.st_mtime_ns = ns
-    a.st_ctime_ns = ns
+    a.st_mtime_ns = int(node.mtime * 1e9)
+    a.st_atime_ns = int((node.atime or node.mtime) * 1e9)
+    a.st_ctime_ns = int((node.ctime or node.mtime) * 1e9)
     return a
+
+
+def _links(node: Node) -> int:
+    """0 for a name that is gone (an unlinked file still open); a directory has 2 plus one per
+    subdirectory this mount has listed; everything else 1 (no hard links)."""
+    if node.detached:
+        return 0
+    if node.kind is Kind.DIR:
+        return 2 + (len(node.listing.dirs) if node.listing is not None else 0)
+    return 1
 
 
 def _file_info(opened: Opened) -> pyfuse3.FileInfo:
@@ -212,7 +221,8 @@ class MemFS(pyfuse3.Operations):
             mode=attr.st_mode if fields.update_mode else None,
             uid=attr.st_uid if fields.update_uid else None,
             gid=attr.st_gid if fields.update_gid else None,
-            mtime=attr.st_mtime_ns / 1e9 if fields.update_mtime else None)
+            mtime=attr.st_mtime_ns / 1e9 if fields.update_mtime else None,
+            atime=attr.st_atime_ns / 1e9 if fields.update_atime else None)
         return self._attrs(await self.core.setattr(inode, change, fh))
 
     @fuse_op
@@ -295,7 +305,7 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def open(self, inode: int, flags: int, ctx=None) -> pyfuse3.FileInfo:
-        return _file_info(await self.core.open(inode, flags, caller(ctx).pid))
+        return _file_info(await self.core.open(inode, flags, caller(ctx)))
 
     @fuse_op
     async def read(self, fh: int, off: int, size: int) -> bytes:

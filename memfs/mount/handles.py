@@ -86,6 +86,8 @@ class HandleTable:
     # Handles opened with O_APPEND: their writes go at the end of the bytes they hold, never at
     # the offset the kernel computed from the size it cached (possibly stale).
     append: set[int] = field(default_factory=set)
+    # Writable handles opened by someone other than root: a write clears set-user-ID/-group-ID.
+    killpriv: set[int] = field(default_factory=set)
     # Handles that bypass the kernel's page cache (direct_io; see DataPath._new_handle).
     direct: set[int] = field(default_factory=set)
     # Directory handles: a snapshot of the entries per handle keeps readdir offsets stable.
@@ -117,6 +119,7 @@ class HandleTable:
         self.owner.pop(fh, None)
         self.append.discard(fh)
         self.direct.discard(fh)
+        self.killpriv.discard(fh)
         of.handles -= 1
         return of
 
@@ -137,6 +140,7 @@ class HandleTable:
                 assert fh in self.files, f"{name} has handle {fh} that is not open"
         assert self.append <= self.files.keys(), "append names a handle that is not open"
         assert self.direct <= self.files.keys(), "direct names a handle that is not open"
+        assert self.killpriv <= self.files.keys(), "killpriv names a handle that is not open"
         for fh, of in self.privates.items():
             assert self.files[fh] is of and of.private, f"privates[{fh}] is not its handle's"
         counts: dict[int, int] = {}

@@ -21,7 +21,15 @@ import time
 import trio
 
 from memfs import protocol
-from memfs.mount.nodes import ROOT_INODE, DirCache, Kind, Node, child_path
+from memfs.mount.nodes import (
+    ROOT_INODE,
+    DirCache,
+    Kind,
+    Node,
+    child_path,
+    kind_of_mode,
+    type_bits,
+)
 from memfs.mount.state import Caller, CoreState, fail
 from memfs.store import ObjectInfo, StoreError
 
@@ -60,6 +68,8 @@ class Namespace(CoreState):
                 n = of.node
                 if of.is_new and not n.detached and n.parent_path() == path and n.path:
                     cache.files[n.name()] = ObjectInfo(n.size, "", n.mtime)
+            if dnode.listing is not None and set(dnode.listing.names()) != set(cache.names()):
+                self._touch_dir(dnode)  # entries changed elsewhere: as far as we can know, now
             dnode.listing = cache
             return cache
 
@@ -138,9 +148,8 @@ class Namespace(CoreState):
             if node is not None:
                 self.inodes.detach(path)
             return None
-        kind = Kind.DIR if found is True else (
-            Kind.LINK if isinstance(found, ObjectInfo) and stat.S_ISLNK(found.mode or 0)
-            else Kind.FILE)
+        kind = Kind.DIR if found is True else kind_of_mode(
+            found.mode if isinstance(found, ObjectInfo) else None)
         if node is not None and node.kind is not kind:
             self.inodes.detach(path)  # replaced by an entry of another kind
             node = None
@@ -154,8 +163,8 @@ class Namespace(CoreState):
             return node
         assert isinstance(found, ObjectInfo)
         if node is None:
-            bits = stat.S_IFLNK if kind is Kind.LINK else stat.S_IFREG
-            node = self.inodes.add(path, kind, bits | cfg.default_file_mode, cfg.uid, cfg.gid)
+            node = self.inodes.add(path, kind, type_bits(kind, found.mode) | cfg.default_file_mode,
+                                   cfg.uid, cfg.gid)
         if node.etag != found.etag and node.nlookup:
             self.kernel.forget_attrs(node.inode)
         node.apply_info(found, now)
@@ -194,7 +203,15 @@ class Namespace(CoreState):
             return
         parent.recent[name] = (time.time(), what)
         if parent.listing is not None:
+            if (parent.listing.kind_of(name) is None) != (what is None):
+                self._touch_dir(parent)  # an entry came or went
             parent.listing.apply(name, what)
+
+    def _touch_dir(self, dnode: Node) -> None:
+        """A directory's entries changed: its mtime and ctime move (kept in memory only: a
+        marker rewrite per change would cost a PUT; see SEMANTICS.md)."""
+        dnode.mtime = dnode.ctime = time.time()
+        self.kernel.forget_attrs(dnode.inode)
 
     async def _keep_directory(self, dnode: Node) -> None:
         """A directory that existed only through its children must outlive its last one.
@@ -262,12 +279,11 @@ class Namespace(CoreState):
             self.inodes.detach(path)
             self._listing_remove(node.parent_path(), node.name())
             return None
-        kind = Kind.LINK if stat.S_ISLNK(info.mode or 0) else Kind.FILE
+        kind = kind_of_mode(info.mode)
         if kind is not node.kind:
             # A new inode: the kernel refuses to see an existing inode change its type.
-            type_bits = stat.S_IFLNK if kind is Kind.LINK else stat.S_IFREG
-            node = self.inodes.add(path, kind, type_bits | stat.S_IMODE(node.mode), node.uid,
-                                   node.gid)
+            node = self.inodes.add(path, kind, type_bits(kind, info.mode) | stat.S_IMODE(node.mode),
+                                   node.uid, node.gid)
         node.apply_info(info, now)
         node.meta_known = True
         if data is not None:
@@ -298,7 +314,7 @@ class Namespace(CoreState):
             self.inodes.detach(node.path)
             self._listing_remove(node.parent_path(), node.name())
             raise fail(errno.ENOENT)
-        if info.mode is not None and stat.S_ISLNK(info.mode) != (node.kind is Kind.LINK):
+        if info.mode is not None and kind_of_mode(info.mode) is not node.kind:
             # The kernel cannot change an inode's type (it would report EIO): keep answering
             # for this inode as it is, and make the kernel look the name up again, which
             # gives the name a new inode of the right type.
@@ -426,17 +442,31 @@ class Namespace(CoreState):
             await self._keep_directory(parent)
 
     async def symlink(self, parent_inode: int, text: str, target: bytes, ctx: Caller) -> Node:
+        node = await self._make_object(parent_inode, text, stat.S_IFLNK | 0o777, target, ctx)
+        node.symlink_target = target
+        return node
+
+    async def make_special(self, parent_inode: int, text: str, mode: int, rdev: int,
+                           ctx: Caller) -> Node:
+        """A FIFO, socket or device node: an empty object whose metadata carries the type and
+        ``rdev`` (what s3fs-fuse writes). The kernel serves its opens; S3 keeps its attributes."""
+        return await self._make_object(parent_inode, text, mode, b"", ctx, rdev=rdev)
+
+    async def _make_object(self, parent_inode: int, text: str, mode: int, body: bytes,
+                           ctx: Caller, *, rdev: int = 0) -> Node:
+        """A new symlink or special file: one PUT, If-None-Match: *."""
         async with self.ns_lock:
             parent, path = await self._new_name(parent_inode, text, directory=False)
             self._check_file_count()
-            mode = stat.S_IFLNK | 0o777
-            info = await self._s3(self.store.put, path, target,
-                                  self._meta(mode, ctx.uid, ctx.gid, time.time()),
+            now = time.time()
+            info = await self._s3(self.store.put, path, body,
+                                  self._meta(mode, ctx.uid, ctx.gid, now, rdev=rdev),
                                   if_none_match=True)
-            self.usage.added(len(target), new_file=True)
-            node = self.inodes.add(path, Kind.LINK, mode, ctx.uid, ctx.gid)
-            node.apply_info(info, time.time())
-            node.symlink_target = target
+            self.usage.added(len(body), new_file=True)
+            kind = kind_of_mode(mode)
+            node = self.inodes.add(path, kind, mode, ctx.uid, ctx.gid)
+            node.apply_info(info, now)
+            node.rdev = rdev
             self._listing_add(parent.path, text, node)
             self.inodes.hold(node)
             return node

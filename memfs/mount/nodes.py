@@ -31,6 +31,29 @@ class Kind(Enum):
     FILE = "file"
     DIR = "dir"
     LINK = "link"
+    # A FIFO, socket, character or block device: an empty object whose mode carries the type
+    # (s3fs-fuse's layout). The kernel serves its opens itself; S3 holds only its attributes.
+    SPECIAL = "special"
+
+
+_SPECIAL_TYPES = (stat.S_IFIFO, stat.S_IFSOCK, stat.S_IFCHR, stat.S_IFBLK)
+
+
+def kind_of_mode(mode: int | None) -> Kind:
+    """The kind of a non-directory object whose metadata says ``mode`` (None: a file)."""
+    fmt = stat.S_IFMT(mode or 0)
+    if fmt == stat.S_IFLNK:
+        return Kind.LINK
+    if fmt in _SPECIAL_TYPES:
+        return Kind.SPECIAL
+    return Kind.FILE
+
+
+def type_bits(kind: Kind, mode: int | None) -> int:
+    """The S_IFMT bits for a new node of ``kind`` (a special file's come from its mode)."""
+    if kind is Kind.SPECIAL:
+        return stat.S_IFMT(mode or 0)
+    return {Kind.FILE: stat.S_IFREG, Kind.DIR: stat.S_IFDIR, Kind.LINK: stat.S_IFLNK}[kind]
 
 
 @dataclass
@@ -88,6 +111,10 @@ class Node:
     gid: int
     size: int = 0
     mtime: float = field(default_factory=time.time)
+    # Inode change and access times: 0 until known, then shown as such (else as mtime).
+    ctime: float = 0.0
+    atime: float = 0.0
+    rdev: int = 0
     etag: str | None = None
     # True when mode/uid/gid came from object metadata (or our own write), not defaults.
     meta_known: bool = False
@@ -123,6 +150,10 @@ class Node:
             self.symlink_target = None
         self.size = info.size
         self.mtime = info.mtime
+        self.ctime = info.ctime if info.ctime is not None else info.mtime
+        self.atime = info.atime if info.atime is not None else info.mtime
+        if info.rdev is not None:
+            self.rdev = info.rdev
         self.etag = info.etag
         self.validated_at = now
 
@@ -220,6 +251,7 @@ class InodeTable:
             assert node.path == path, f"{path!r} holds a node for {node.path!r}"
             assert not node.detached, f"{path!r} holds a detached node"
             assert self.by_inode.get(node.inode) is node, f"{path!r}: inode not in the table"
-            kind_bits = {Kind.DIR: stat.S_IFDIR, Kind.FILE: stat.S_IFREG, Kind.LINK: stat.S_IFLNK}
-            assert stat.S_IFMT(node.mode) == kind_bits[node.kind], f"{path!r}: mode/kind differ"
+            assert stat.S_IFMT(node.mode) == type_bits(node.kind, node.mode), \
+                f"{path!r}: mode/kind differ"
+            assert node.kind is Kind.DIR or kind_of_mode(node.mode) is node.kind
             assert node.nlookup >= 0

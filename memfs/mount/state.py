@@ -63,6 +63,7 @@ class AttrChange:
     uid: int | None = None
     gid: int | None = None
     mtime: float | None = None
+    atime: float | None = None
 
 
 def thread_group(pid: int) -> int:
@@ -171,15 +172,16 @@ class CoreState:
             return True
         return any(p.node is node and p.is_new for p in self.handles.privates.values())
 
-    def _meta(self, mode: int, uid: int, gid: int, mtime: float,
-              agent: str | None = None) -> dict[str, str]:
+    def _meta(self, mode: int, uid: int, gid: int, mtime: float, agent: str | None = None,
+              **times: Any) -> dict[str, str]:
         """s3fs-compatible attributes plus who wrote this version (see `memfs history`)."""
-        meta = metadata_for(mode, uid, gid, mtime)
+        meta = metadata_for(mode, uid, gid, mtime, **times)
         meta[protocol.META_WRITER] = self.writer
         if agent:
             meta[protocol.META_AGENT] = agent
         return meta
 
     def _metadata(self, node: Node, agent: str | None = None) -> dict[str, str]:
-        return self._meta(node.mode, node.uid, node.gid, node.mtime, agent)
+        return self._meta(node.mode, node.uid, node.gid, node.mtime, agent,
+                          atime=node.atime or None, ctime=node.ctime or None, rdev=node.rdev)
 
