@@ -24,6 +24,9 @@ FSTYPE = f"fuse.{NAME}"
 XATTR_SOURCE = "user.memfs.source"
 #: On the root: usage against the quotas (JSON).
 XATTR_USAGE = "user.memfs.usage"
+#: On the root: what the mount is doing — pid, uptime, open files, pending uploads, S3 requests
+#: by operation and outcome, retries, conflicts, content-cache hits (JSON; `memfs status`).
+XATTR_STATS = "user.memfs.stats"
 #: On an open file: the agent id recorded with its next upload.
 XATTR_AGENT = "user.memfs.agent"
 #: On an open file: make this descriptor a private transaction that uploads only at fsync().

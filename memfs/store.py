@@ -37,6 +37,7 @@ from memfs.protocol import (
     META_RDEV,
     META_UID,
 )
+from memfs.s3stats import RequestStats
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +236,8 @@ class Store:
         self.client = client
         self.bucket = bucket
         self.prefix = prefix
+        self.stats = RequestStats()
+        self.stats.attach(client)
 
     def key(self, path: str) -> str:
         return self.prefix + path

@@ -14,6 +14,7 @@ import os
 import socket
 import stat
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +124,9 @@ class CoreState:
         # The mtime of a directory that has no marker metadata: stable for the mount's life (a
         # directory whose mtime moved between two stats makes `tar -c` fail).
         self.started = time.time()
+        # What `memfs status` reports beside the store's request counts: lost races, and opens
+        # served from the content cache (hits, including 304s) or by a full GET (misses).
+        self.counters: Counter[str] = Counter()
 
     # -- helpers every concern uses ----------------------------------------------------------
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import time
 
 from memfs import protocol
 from memfs.mount.data import DataPath
@@ -25,6 +27,7 @@ XATTR_SOURCE = protocol.XATTR_SOURCE
 XATTR_USAGE = protocol.XATTR_USAGE
 XATTR_AGENT = protocol.XATTR_AGENT
 XATTR_ATOMIC = protocol.XATTR_ATOMIC
+XATTR_STATS = protocol.XATTR_STATS
 
 
 class Transactions(DataPath):
@@ -41,10 +44,26 @@ class Transactions(DataPath):
                   "endpoint_url": self.config.endpoint_url, "region": self.config.region,
                   "instance": self.config.instance}
         return {XATTR_SOURCE: json.dumps(source).encode(),
-                XATTR_USAGE: json.dumps(self.usage.as_dict()).encode()}
+                XATTR_USAGE: json.dumps(self.usage.as_dict()).encode(),
+                XATTR_STATS: json.dumps(self.stats()).encode()}
+
+    def stats(self) -> dict[str, object]:
+        """The numbers `memfs status` shows (XATTR_STATS)."""
+        store_stats = getattr(self.store, "stats", None)
+        states = self.handles.states()
+        return {
+            "pid": os.getpid(), "started": self.started,
+            "uptime_s": round(time.time() - self.started, 1),
+            "open_files": len(self.handles.files),
+            "pending_uploads": sum(1 for of in states if of.local),
+            "conflicts": self.counters["conflicts"],
+            "cache": {"hits": self.counters["cache_hits"],
+                      "misses": self.counters["cache_misses"]},
+            "s3": store_stats.snapshot() if store_stats is not None else {},
+        }
 
     async def getxattr(self, inode: int, name: str, pid: int) -> bytes:
-        if inode == ROOT_INODE and name in (XATTR_SOURCE, XATTR_USAGE):
+        if inode == ROOT_INODE and name in (XATTR_SOURCE, XATTR_USAGE, XATTR_STATS):
             if name == XATTR_USAGE:
                 await self.current_usage()
             return self._root_xattrs()[name]

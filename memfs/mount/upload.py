@@ -53,6 +53,7 @@ class Upload(Namespace):
         if (cached and cached[0] == node.etag and self._fresh(node.validated_at)
                 and not revalidate):
             self._expect_version(of, cached[0], expect)
+            self.counters["cache_hits"] += 1
             of.data, of.base_etag = bytearray(cached[1]), cached[0]
             return
         try:
@@ -63,6 +64,7 @@ class Upload(Namespace):
             node.validated_at = time.time()
             node.etag = cached[0]
             self._expect_version(of, cached[0], expect)
+            self.counters["cache_hits"] += 1
             of.data, of.base_etag = bytearray(cached[1]), cached[0]
             return
         except StoreError as exc:
@@ -76,6 +78,7 @@ class Upload(Namespace):
         # node, a listing or this GET, the kernel was not told).
         self.kernel.forget_attrs(node.inode)
         self._expect_version(of, info.etag, expect)
+        self.counters["cache_misses"] += 1
         of.data, of.base_etag, of.remote_size = bytearray(data), info.etag, len(data)
 
     def _expect_version(self, of: OpenFile, found: str, expect: str | None) -> None:
@@ -199,6 +202,7 @@ class Upload(Namespace):
             log.error("write conflict on %s and its %d bytes could not be saved to %s: %s",
                       path, len(data), where, exc)
             return
+        self.counters["conflicts"] += 1
         log.warning("write conflict on %s: another writer changed it first; this writer's "
                     "%d bytes are kept at %s", path, len(data), where)
 
