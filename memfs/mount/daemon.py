@@ -17,6 +17,7 @@ import errno
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pyfuse3
@@ -139,6 +140,29 @@ def run(config: MountConfig) -> int:
     return 0
 
 
+#: Set by `memfs mount` for a daemon it starts in the background: the log file its stderr is.
+LOG_PATH_ENV = "MEMFS_LOG_PATH"
+
+
+def reopen_log() -> None:
+    """Point stderr (where the log goes) at the log file again: after logrotate moved it, new
+    lines go to a new file. Under systemd there is no file: the journal needs nothing."""
+    path = os.environ.get(LOG_PATH_ENV)
+    if not path:
+        log.info("received SIGHUP: nothing to reopen (logging to %s)",
+                 "the journal" if os.environ.get("JOURNAL_STREAM") else "stderr")
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError as exc:
+        log.error("received SIGHUP: cannot reopen the log %s: %s", path, exc)
+        return
+    sys.stderr.flush()
+    os.dup2(fd, 2)
+    os.close(fd)
+    log.info("received SIGHUP: log reopened (%s)", path)
+
+
 async def _serve(fs: MemFS, config: MountConfig) -> bool:
     """Serve requests; returns whether the mount still needs unmounting by us."""
     stopped_by_signal = False
@@ -148,6 +172,11 @@ async def _serve(fs: MemFS, config: MountConfig) -> bool:
             nonlocal stopped_by_signal
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
                 async for signum in sigs:
+                    if signum == signal.SIGHUP:
+                        # What daemons do on SIGHUP (logrotate sends it): reopen the log, and
+                        # keep serving — never unmount.
+                        reopen_log()
+                        continue
                     log.info("received %s: flushing and unmounting", signal.Signals(signum).name)
                     sdnotify.notify("STOPPING=1")
                     failed = await fs.flush_all()
