@@ -278,18 +278,10 @@ class DataPath(Upload):
         if change.mode is not None:
             node.mode = stat.S_IFMT(node.mode) | stat.S_IMODE(change.mode)
             changed = True
-        if change.uid is not None:
-            node.uid = change.uid
-            changed = True
-        if change.gid is not None:
-            node.gid = change.gid
-            changed = True
-        if change.mtime is not None:
-            node.mtime = change.mtime
-            changed = True
-        if change.atime is not None:
-            node.atime = change.atime
-            changed = True
+        for name in ("uid", "gid", "mtime", "atime"):
+            if (value := getattr(change, name)) is not None:
+                setattr(node, name, value)
+                changed = True
         if changed or change.size is not None:
             node.ctime = time.time()  # every change of the inode moves its ctime
         if changed and inode != ROOT_INODE:

@@ -90,12 +90,7 @@ class Namespace(CoreState):
             node = None
         cfg = self.config
         if kind is Kind.DIR:
-            if node is None:
-                node = self.inodes.add(path, Kind.DIR, stat.S_IFDIR | cfg.default_dir_mode,
-                                       cfg.uid, cfg.gid)
-                node.mtime = self.started  # until its marker says otherwise
-            node.validated_at = max(node.validated_at, now)
-            return node
+            return self._dir_node(path, node, now)
         info = listing.files[name]
         if node is None:
             node = self.inodes.add(path, Kind.FILE, stat.S_IFREG | cfg.default_file_mode,
@@ -108,6 +103,18 @@ class Namespace(CoreState):
             node.apply_info(info, now)
             if node.nlookup:
                 self.kernel.forget_attrs(node.inode)
+        return node
+
+    def _dir_node(self, path: str, node: Node | None, now: float) -> Node:
+        """The node for a directory S3 showed at ``path`` at ``now``: ``node`` if one stands
+        for it, else a new one with the defaults (until its marker is read) and, as mtime, the
+        mount's start (stable: `tar` must not see a directory change between two stats)."""
+        if node is None:
+            cfg = self.config
+            node = self.inodes.add(path, Kind.DIR, stat.S_IFDIR | cfg.default_dir_mode,
+                                   cfg.uid, cfg.gid)
+            node.mtime = self.started
+        node.validated_at = max(node.validated_at, now)
         return node
 
     async def _resolve(self, parent: Node, name: str, *, for_create: bool = False) -> Node | None:
@@ -153,14 +160,9 @@ class Namespace(CoreState):
         if node is not None and node.kind is not kind:
             self.inodes.detach(path)  # replaced by an entry of another kind
             node = None
-        cfg = self.config
         if kind is Kind.DIR:
-            if node is None:
-                node = self.inodes.add(path, Kind.DIR, stat.S_IFDIR | cfg.default_dir_mode,
-                                       cfg.uid, cfg.gid)
-                node.mtime = self.started
-            node.validated_at = now
-            return node
+            return self._dir_node(path, node, now)
+        cfg = self.config
         assert isinstance(found, ObjectInfo)
         if node is None:
             node = self.inodes.add(path, kind, type_bits(kind, found.mode) | cfg.default_file_mode,
