@@ -328,17 +328,32 @@ class Store:
             raise translate(exc, "LIST", prefix) from exc
 
     def probe(self, path: str) -> ObjectInfo | bool | None:
-        """What one name in a directory is, without listing the directory: the object's
-        attributes (a HEAD), True if it is a directory (a LIST of ``path/`` with MaxKeys=1 finds
-        a marker or a deeper key), None if neither. 1 request for a file, 2 otherwise."""
+        """What one name in a directory is, without listing the directory: its attributes as a
+        LIST gives them (no user metadata) if it is an object, True if it is a directory (a
+        marker or deeper keys), None if neither. One delimited LIST of the keys that start with
+        the name; only when more than 1,000 siblings share that start (the name's own entries
+        beyond the first page), a HEAD and a one-key LIST decide instead."""
+        key = self.key(path)
+        try:
+            resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key, Delimiter="/",
+                                               MaxKeys=1000)
+        except Exception as exc:
+            raise translate(exc, "LIST", key) from exc
+        if any(cp["Prefix"] == key + "/" for cp in resp.get("CommonPrefixes", ())):
+            return True
+        for obj in resp.get("Contents", ()):
+            if obj["Key"] == key:
+                return ObjectInfo(size=int(obj["Size"]), etag=obj["ETag"],
+                                  mtime=obj["LastModified"].timestamp())
+        if not resp.get("IsTruncated"):
+            return None
         info = self.head(path)
         if info is not None:
             return info
-        prefix = self.dir_key(path)
         try:
-            resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, MaxKeys=1)
+            resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key + "/", MaxKeys=1)
         except Exception as exc:
-            raise translate(exc, "LIST", prefix) from exc
+            raise translate(exc, "LIST", key + "/") from exc
         return True if resp.get("KeyCount", len(resp.get("Contents", ()))) else None
 
     def dir_is_empty(self, path: str) -> bool:

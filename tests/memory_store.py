@@ -98,13 +98,12 @@ class MemoryStore:
         yield from found
 
     def probe(self, path: str) -> ObjectInfo | bool | None:
-        info = self.head(path)
-        if info is not None:
-            return info
-        prefix = self.dir_key(path)
+        key = self.key(path)
         with self._lock:
             self.calls["LIST"] += 1
-            return True if any(k.startswith(prefix) for k in self.objects) else None
+            if any(k.startswith(key + "/") for k in self.objects):
+                return True
+            return self._listed(key) if key in self.objects else None
 
     def dir_is_empty(self, path: str) -> bool:
         prefix = self.dir_key(path)

@@ -135,7 +135,7 @@ class Namespace(CoreState):
 
     async def _probe(self, parent: Node, name: str) -> Node | None:
         """``_resolve`` in a big directory whose listing has expired: ask S3 about this one
-        name (a HEAD, plus a one-key LIST if it is no file) instead of re-listing thousands of
+        name (one LIST of the keys starting with it) instead of re-listing thousands of
         entries for every `cat`, `stat` or create. The expired listing takes the answer, so
         a readdir that re-lists later stays consistent with it."""
         path = child_path(parent.path, name)
@@ -169,8 +169,7 @@ class Namespace(CoreState):
                                    cfg.uid, cfg.gid)
         if node.etag != found.etag and node.nlookup:
             self.kernel.forget_attrs(node.inode)
-        node.apply_info(found, now)
-        node.meta_known = True  # a HEAD carries the metadata
+        node.apply_info(found, now)  # size and version; its metadata is read at lookup
         return node
 
     async def _new_name(self, parent_inode: int, name: str, *,
