@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from memfs import atomic_write
 from memfs.handler import CommandError, MemoryHandler, serve_jsonl, tool_result
-from memfs.memory_view import VIEW_CHAR_LIMIT
+from memfs.memory import atomic_write
+from memfs.memory.view import VIEW_CHAR_LIMIT
 from tests.test_handler_support import tree
 
 LISTING = (
@@ -613,7 +613,7 @@ def test_rename_never_overwrites_even_when_the_check_races(
         (root / "b.md").write_text("appeared meanwhile")
         real(src_fd, src, dst_fd, dst)
 
-    monkeypatch.setattr("memfs.handler.rename_noreplace", racing)
+    monkeypatch.setattr("memfs.memory.commands.rename_noreplace", racing)
     assert err(h, command="rename", old_path="/memories/a.md", new_path="/memories/b.md") == (
         "The destination /memories/b.md already exists"
     )

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from memfs.handler import CommandError, MemoryHandler
-from memfs.paths import parse
+from memfs.memory.paths import parse
 
 SECRET = "SECRET-CONTENT"
 #: In the sentinel files but in no command (commands echo their own old_str): must never show.

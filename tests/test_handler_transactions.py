@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-import memfs.handler as handler_module
-from memfs import atomic_write
+import memfs.memory.commands as handler_module
 from memfs.handler import CommandError, MemoryHandler
+from memfs.memory import atomic_write
 from tests.conftest import BUCKET
 from tests.test_handler_commands import err, tree
 

@@ -164,7 +164,7 @@ def test_handler_agent_id_is_recorded_on_a_mount(s3, mnt, capsys) -> None:
 
 
 def test_memory_tool_agent_id_is_recorded_on_a_mount(s3, mnt) -> None:
-    from memfs.memory_tool import MemoryTool
+    from memfs.memory.sdk import MemoryTool
 
     tool = MemoryTool(mnt, agent_id="sdk-agent")
     tool.call({"command": "create", "path": "/memories/b.md", "file_text": "x\n"})

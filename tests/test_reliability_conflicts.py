@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-import memfs.handler as handler_module
+import memfs.memory.commands as handler_module
 from memfs.handler import CommandError, MemoryHandler
 from memfs.testing.agents import (
     Stats,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from memfs import secrets_guard
 from memfs.handler import CommandError, MemoryHandler, serve_jsonl
+from memfs.memory import secrets_guard
 from tests.conftest import memfs_cmd
 
 
@@ -146,7 +146,7 @@ def test_off_by_default(tmp_path: Path) -> None:
 def test_memory_tool_passes_the_flag(tmp_path: Path) -> None:
     from anthropic.lib.tools import ToolError
 
-    from memfs.memory_tool import MemoryTool
+    from memfs.memory.sdk import MemoryTool
 
     tool = MemoryTool(tmp_path, secrets_guard=True)
     with pytest.raises(ToolError, match="Slack token on line 1"):

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from memfs.handler_errors import CommandError
+from memfs.memory.errors import CommandError
 
 MAX_LINES = 999_999
 LINE_NUMBER_WIDTH = len(str(MAX_LINES))

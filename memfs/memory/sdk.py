@@ -23,7 +23,8 @@ from anthropic.types.beta import (
     BetaMemoryTool20250818ViewCommand,
 )
 
-from memfs.handler import DEFAULT_MAX_FILE_BYTES, CommandError, MemoryHandler
+from memfs.memory.commands import DEFAULT_MAX_FILE_BYTES, MemoryHandler
+from memfs.memory.errors import CommandError
 
 
 class MemoryTool(BetaAbstractMemoryTool):

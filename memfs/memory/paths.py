@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from memfs.handler_errors import CommandError
+from memfs.memory.errors import CommandError
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ Owns the ways the handler changes a file's bytes and the one way it moves things
 * `rename_noreplace` uses `renameat2(RENAME_NOREPLACE)` so an existing destination is never
   overwritten, falling back to check-then-rename where the filesystem lacks it.
 
-Every function takes directory fds and leaf names from `memfs.paths` (no path strings), and never
-follows a symlink at the leaf.
+Every function takes directory fds and leaf names from `memfs.memory.paths` (no path strings), and
+never follows a symlink at the leaf.
 """
 
 from __future__ import annotations

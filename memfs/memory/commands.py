@@ -1,0 +1,394 @@
+"""Claude's memory tool (`memory_20250818`): the six commands, executed with plain file operations.
+
+Owns what view, create, str_replace, insert, delete and rename do and their exact result texts,
+through `MemoryHandler.run()` (text or `CommandError`), `MemoryHandler.execute()` (content blocks
+for image views) and `tool_result()` (a Messages API `tool_result` block). Input checks live in
+`memfs.memory.schema`, reads and listings in `memfs.memory.files`, the path walk (never through a
+symlink, never outside the root) in `memfs.memory.paths`, writes (all or nothing; one PUT on a
+memfs mount) in `memfs.memory.atomic_write`, and view formatting in `memfs.memory.view`. Texts
+follow the SDK's `BetaLocalFilesystemMemoryTool`; every deliberate difference is listed in
+docs/HANDLER.md.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from memfs.memory import files, secrets_guard, view
+from memfs.memory.atomic_write import Edit, open_edit, rename_noreplace, write_file
+from memfs.memory.errors import CommandError, os_error, write_error
+from memfs.memory.paths import (
+    MemoryPath,
+    MemoryRoot,
+    PathMissing,
+    PathNotDirectory,
+    parse,
+    symlink_refused,
+)
+from memfs.memory.schema import validate
+from memfs.protocol import MAX_AGENT_ID, valid_agent_id
+
+#: Largest file (UTF-8 bytes) that create/str_replace/insert will write.
+DEFAULT_MAX_FILE_BYTES = 1024 * 1024
+
+Content = str | list[dict[str, Any]]
+
+
+def _find_all(content: str, needle: str) -> list[int]:
+    """Start offsets of every occurrence of `needle`, overlapping ones included."""
+    found, pos = [], content.find(needle)
+    while pos != -1:
+        found.append(pos)
+        pos = content.find(needle, pos + 1)
+    return found
+
+
+def _split_lines_keeping_cr(content: str) -> list[str]:
+    lines = content.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+class MemoryHandler:
+    """Executes memory commands on the directory `root`, which stands for `/memories`.
+
+    `run(command)` returns the text for Claude or raises `CommandError`; `execute(command)` is the
+    same but returns content blocks (a list) for image views. One handler may serve many commands
+    and stays usable after any error. `max_file_bytes` caps the UTF-8 size of any file a command
+    writes. `secrets_guard` makes create/str_replace/insert refuse new content that looks like a
+    credential (`memfs.memory.secrets_guard`). `agent_id` (printable ASCII, at most 200
+    characters) is recorded by a memfs mount as the `memfs-agent` of every file this handler
+    writes; it is ignored on other filesystems.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        secrets_guard: bool = False,
+        agent_id: str | None = None,
+    ) -> None:
+        if agent_id is not None and not valid_agent_id(agent_id):
+            raise ValueError(
+                f"agent_id must be 1-{MAX_AGENT_ID} printable ASCII characters, got {agent_id!r}"
+            )
+        self.root = MemoryRoot(root)
+        self.max_file_bytes = max_file_bytes
+        self.secrets_guard = secrets_guard
+        self.agent_id = agent_id or None
+        self._dispatch: dict[str, Callable[[dict[str, Any]], Content]] = {
+            "view": self._view,
+            "create": self._create,
+            "str_replace": self._str_replace,
+            "insert": self._insert,
+            "delete": self._delete,
+            "rename": self._rename,
+        }
+
+    # -- entry points ----------------------------------------------------------------------
+
+    def execute(self, command: Mapping[str, Any]) -> Content:
+        """Run one command; return a string, or content blocks for an image view."""
+        name, fields = validate(command)
+        display = fields.get("path") or fields.get("old_path") or ""
+        try:
+            return self._dispatch[name](fields)
+        except PathNotDirectory:
+            raise files.missing(display, name) from None
+        except PathMissing:
+            raise files.missing(display, name) from None
+        except OSError as err:
+            raise os_error(_ACTIONS[name], display, err) from err
+
+    def run(self, command: Mapping[str, Any]) -> str:
+        """Run one command; return the text for Claude (an image view returns its caption)."""
+        result = self.execute(command)
+        if isinstance(result, str):
+            return result
+        return "\n".join(str(b["text"]) for b in result if b.get("type") == "text")
+
+    def tool_result(self, block: Any) -> dict[str, Any]:
+        """Run a `tool_use` block (dict or SDK object); return the matching `tool_result` dict."""
+        return tool_result(self, block)
+
+    def clear_all(self) -> None:
+        """Delete everything under the root (the root itself stays)."""
+        with self.root.open_dir(MemoryPath("/memories", ())) as fd:
+            for entry in os.listdir(fd):
+                files.remove(fd, entry)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _edit(self, dir_fd: int, mp: MemoryPath) -> Iterator[tuple[Edit, str]]:
+        """Open `mp` for one read-modify-write; yield the edit and the text it read.
+
+        On a memfs mount the read and the later `_write(..., edit=)` are one transaction: an
+        edit committed by anyone in between makes the write fail (ESTALE) instead of being lost.
+        Leaving the block without writing changes nothing.
+        """
+        with ExitStack() as stack:
+            try:
+                edit = stack.enter_context(open_edit(dir_fd, mp.name, agent_id=self.agent_id))
+            except OSError as err:
+                raise files.open_refusal(mp, err) from None
+            files.check_readable(edit.fd, mp)
+            yield edit, files.decode(mp, edit.read(files.MAX_READ_BYTES))
+
+    def _encode_for_write(self, mp: MemoryPath, text: str) -> bytes:
+        data = text.encode("utf-8")
+        if len(data) > self.max_file_bytes:
+            raise CommandError(
+                f"{mp.display} would be {len(data):,} bytes, over the {self.max_file_bytes:,}-byte "
+                "limit for one memory file; nothing was written. Split the content across "
+                "several smaller files."
+            )
+        return data
+
+    def _guard(self, mp: MemoryPath, content: str, changed: tuple[int, int] | None = None) -> None:
+        """With the secrets guard on, refuse `content` if the part in `changed` has a credential.
+
+        Only findings overlapping the changed range count, so editing a file that already holds
+        something credential-like (written before the guard was on) stays possible.
+        """
+        if not self.secrets_guard:
+            return
+        findings = secrets_guard.scan(content, changed)
+        if findings:
+            raise CommandError(secrets_guard.refusal(mp.display, findings))
+
+    def _write(
+        self,
+        dir_fd: int,
+        mp: MemoryPath,
+        data: bytes,
+        *,
+        exclusive: bool = False,
+        edit: Edit | None = None,
+    ) -> None:
+        try:
+            if edit is None:
+                write_file(dir_fd, mp.name, data, exclusive=exclusive, agent_id=self.agent_id)
+            else:
+                write_file(dir_fd, mp.name, data, agent_id=self.agent_id, edit=edit)
+        except FileExistsError:
+            raise
+        except OSError as err:
+            raise write_error(mp.display, err) from err
+
+    # -- commands --------------------------------------------------------------------------
+
+    def _view(self, f: dict[str, Any]) -> Content:
+        mp = parse(f["path"])
+        with self.root.walk(mp) as parent:
+            if mp.is_root:
+                return files.list_dir(mp, parent)
+            st = files.lstat(parent, mp.name)
+            if st is None:
+                raise files.missing(mp.display, "view")
+            if stat.S_ISLNK(st.st_mode):
+                raise symlink_refused(mp.display, mp.display)
+            if stat.S_ISDIR(st.st_mode):
+                with self.root.open_dir(mp) as fd:
+                    return files.list_dir(mp, fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise CommandError(f"Unsupported file type for {mp.display}")
+            media_type = view.image_type(mp.name)
+            if media_type is not None:
+                if f["view_range"] is not None:
+                    raise CommandError(
+                        f"`view_range` does not apply to the image {mp.display}; "
+                        "view it without one."
+                    )
+                return view.image_view(mp.display, media_type, files.read_bytes(parent, mp))
+            return view.file_view(mp.display, files.read_text(parent, mp), f["view_range"])
+
+    def _create(self, f: dict[str, Any]) -> Content:
+        mp = parse(f["path"])
+        if mp.is_root and f["exclusive"]:
+            raise CommandError(f"File {mp.display} already exists")
+        if mp.is_root:
+            raise CommandError(f"The path {mp.display} is a directory; create needs a file path.")
+        data = self._encode_for_write(mp, f["file_text"])
+        self._guard(mp, f["file_text"])
+        try:
+            with self.root.walk(mp, create_parents=True) as parent:
+                st = files.lstat(parent, mp.name)
+                if st is not None and f["exclusive"]:
+                    raise CommandError(f"File {mp.display} already exists")
+                if st is not None and stat.S_ISDIR(st.st_mode):
+                    raise CommandError(
+                        f"The path {mp.display} is a directory; create needs a file path."
+                    )
+                if st is not None and stat.S_ISLNK(st.st_mode):
+                    raise symlink_refused(mp.display, mp.display)
+                if st is not None and not stat.S_ISREG(st.st_mode):
+                    raise CommandError(f"Unsupported file type for {mp.display}")
+                try:
+                    self._write(parent, mp, data, exclusive=st is None)
+                except FileExistsError:
+                    if f["exclusive"]:
+                        raise CommandError(f"File {mp.display} already exists") from None
+                    raise CommandError(
+                        f"File {mp.display} was created concurrently by someone else; "
+                        "view it, then retry."
+                    ) from None
+        except PathNotDirectory as err:
+            raise CommandError(
+                f"Cannot create {mp.display}: {err.where} is a file, not a directory."
+            ) from None
+        if st is None:
+            return f"File created successfully at: {mp.display}"
+        return f"File overwritten successfully at: {mp.display}"
+
+    def _str_replace(self, f: dict[str, Any]) -> Content:
+        mp = parse(f["path"])
+        old, new = f["old_str"], f["new_str"] or ""
+        if old == "":
+            raise CommandError(
+                "Parameter `old_str` must not be empty: give the exact text to replace, with "
+                "enough context to occur once in the file."
+            )
+        with self.root.walk(mp) as parent:
+            files.require_regular_file(parent, mp, "str_replace")
+            with self._edit(parent, mp) as (edit, content):
+                found = _find_all(content, old)
+                if not found:
+                    raise CommandError(
+                        f"No replacement was performed, old_str `{old}` did not appear verbatim "
+                        f"in {mp.display}."
+                    )
+                if len(found) > 1:
+                    lines = ", ".join(str(content.count("\n", 0, pos) + 1) for pos in found)
+                    raise CommandError(
+                        f"No replacement was performed. Multiple occurrences of old_str `{old}` "
+                        f"in lines: {lines}. Please ensure it is unique"
+                    )
+                pos = found[0]
+                new_content = content[:pos] + new + content[pos + len(old) :]  # literal
+                self._guard(mp, new_content, (pos, pos + len(new)))
+                self._write(parent, mp, self._encode_for_write(mp, new_content), edit=edit)
+        changed = content.count("\n", 0, pos)
+        new_lines = new_content.split("\n")
+        first, last = max(0, changed - 2), min(len(new_lines), changed + 3)
+        snippet = [view.numbered(n, new_lines[n - 1]) for n in range(first + 1, last + 1)]
+        return (
+            "The memory file has been edited. Here is the snippet showing the change "
+            "(with line numbers):\n" + "\n".join(snippet)
+        )
+
+    def _insert(self, f: dict[str, Any]) -> Content:
+        mp = parse(f["path"])
+        with self.root.walk(mp) as parent:
+            files.require_regular_file(parent, mp, "insert")
+            with self._edit(parent, mp) as (edit, content):
+                lines = _split_lines_keeping_cr(content)
+                at = f["insert_line"]
+                if not 0 <= at <= len(lines):
+                    raise CommandError(
+                        f"Invalid `insert_line` parameter: {at}. "
+                        f"It should be within the range [0, {len(lines)}]."
+                    )
+                lines.insert(at, f["insert_text"].rstrip("\n"))
+                # Every line ends with a newline afterwards; unlike the SDK (which adds one only
+                # if the joined text lacks it), a blank last line or an inserted empty line
+                # survives.
+                new_content = "\n".join(lines) + "\n"
+                start = sum(len(line) + 1 for line in lines[:at])
+                self._guard(mp, new_content, (start, start + len(lines[at])))
+                self._write(parent, mp, self._encode_for_write(mp, new_content), edit=edit)
+        return f"The file {mp.display} has been edited."
+
+    def _delete(self, f: dict[str, Any]) -> Content:
+        mp = parse(f["path"])
+        if mp.is_root:
+            raise CommandError("Cannot delete the /memories directory itself")
+        with self.root.walk(mp) as parent:
+            if files.lstat(parent, mp.name) is None:
+                raise files.missing(mp.display, "delete")
+            try:
+                files.remove(parent, mp.name)
+            except FileNotFoundError:
+                raise files.missing(mp.display, "delete") from None
+        return f"Successfully deleted {mp.display}"
+
+    def _rename(self, f: dict[str, Any]) -> Content:
+        src, dst = parse(f["old_path"]), parse(f["new_path"])
+        if src.is_root:
+            raise CommandError("Cannot rename the /memories directory itself")
+        exists = CommandError(f"The destination {dst.display} already exists")
+        not_dir = "Cannot move {src} to {dst}: {where} is a file, not a directory."
+        # Checks in the SDK's order (destination first), all before anything is made, so a
+        # refused rename leaves no new directories behind.
+        if dst.is_root:
+            raise exists
+        dst_blocked = None
+        try:
+            with self.root.walk(dst) as dst_parent:
+                if files.lstat(dst_parent, dst.name) is not None:
+                    raise exists
+        except PathMissing:
+            pass  # missing parents are made below
+        except PathNotDirectory as err:
+            dst_blocked = err.where  # reported after a missing source, as rename(2) would
+        with self.root.walk(src) as src_parent:
+            if files.lstat(src_parent, src.name) is None:
+                raise files.missing(src.display, "rename")
+            if dst_blocked is not None:
+                raise CommandError(
+                    not_dir.format(src=src.display, dst=dst.display, where=dst_blocked)
+                )
+            if dst.parts[: len(src.parts)] == src.parts:
+                raise CommandError(f"Cannot move {src.display} into itself ({dst.display}).")
+            try:
+                with self.root.walk(dst, create_parents=True) as dst_parent:
+                    rename_noreplace(src_parent, src.name, dst_parent, dst.name)
+            except PathNotDirectory as err:
+                raise CommandError(
+                    not_dir.format(src=src.display, dst=dst.display, where=err.where)
+                ) from None
+            except FileExistsError:
+                raise exists from None
+            except FileNotFoundError:
+                raise files.missing(src.display, "rename") from None
+        return f"Successfully renamed {src.display} to {dst.display}"
+
+
+_ACTIONS = {
+    "view": "view",
+    "create": "create",
+    "str_replace": "edit",
+    "insert": "edit",
+    "delete": "delete",
+    "rename": "rename",
+}
+
+
+def _block_field(block: Any, name: str) -> Any:
+    if isinstance(block, Mapping):
+        return block.get(name)
+    return getattr(block, name, None)
+
+
+def tool_result(handler: MemoryHandler, block: Any) -> dict[str, Any]:
+    """Execute a memory `tool_use` block (a dict or an SDK `BetaToolUseBlock`) with `handler`.
+
+    Returns `{"type": "tool_result", "tool_use_id": ..., "content": ..., "is_error": bool}`, where
+    `content` is the text (or image content blocks) for Claude.
+    """
+    tool_use_id = _block_field(block, "id")
+    command = _block_field(block, "input")
+    content: Content
+    try:
+        content = handler.execute(command if command is not None else {})
+        is_error = False
+    except CommandError as err:
+        content, is_error = str(err), True
+    return {"type": "tool_result", "tool_use_id": tool_use_id, "content": content,
+            "is_error": is_error}

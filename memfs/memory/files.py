@@ -1,0 +1,164 @@
+"""What the commands read: a memory file's text, a directory's two-level listing, a removal.
+
+Owns every read a command makes and the refusals that go with it — never through a symlink, never
+a file larger than `MAX_READ_BYTES`, never bytes that are not UTF-8 text — and the `view` listing,
+which fails as a whole rather than leave out an entry it could not read. Every function takes a
+directory fd and a leaf name (or a parsed `MemoryPath`) from `memfs.memory.paths`, never a path
+string, so a symlink swapped in after the walk cannot redirect it. Writes live in
+`memfs.memory.atomic_write`; wording of OS errors in `memfs.memory.errors`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+
+from memfs.memory import view
+from memfs.memory.errors import CommandError, list_error
+from memfs.memory.paths import MemoryPath, symlink_refused
+
+#: Largest file view/str_replace/insert will read (anything bigger is refused, not loaded).
+MAX_READ_BYTES = 64 * 1024 * 1024
+
+
+def missing(display: str, command: str) -> CommandError:
+    """The path named by `command` does not exist (worded as the SDK words it per command)."""
+    if command in ("view", "str_replace", "insert"):
+        return CommandError(f"The path {display} does not exist. Please provide a valid path.")
+    return CommandError(f"The path {display} does not exist")
+
+
+def lstat(dir_fd: int, name: str) -> os.stat_result | None:
+    """`name`'s own status (a symlink is not followed), or None if it is not there."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def open_refusal(mp: MemoryPath, err: OSError) -> Exception:
+    """What to raise when opening the file `mp` failed with `err`."""
+    if isinstance(err, FileNotFoundError):
+        return CommandError(
+            f"The file {mp.display} no longer exists (may have been deleted or renamed "
+            "concurrently)."
+        )
+    if err.errno == errno.ELOOP:
+        return symlink_refused(mp.display, mp.display)
+    if err.errno == errno.EISDIR:
+        return CommandError(f"The path {mp.display} is not a file.")
+    return err
+
+
+def check_readable(fd: int, mp: MemoryPath) -> None:
+    """Refuse an open `fd` that is not a regular file, or is too large to read."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise CommandError(f"Unsupported file type for {mp.display}")
+    if st.st_size > MAX_READ_BYTES:
+        raise CommandError(
+            f"The file {mp.display} is {view.format_size(st.st_size)}, too large "
+            f"for the memory tool to read (limit "
+            f"{view.format_size(MAX_READ_BYTES)})."
+        )
+
+
+def decode(mp: MemoryPath, data: bytes) -> str:
+    """`data` as text, or a refusal: memory files are UTF-8 text without NUL characters."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        raise CommandError(
+            f"The file {mp.display} is not UTF-8 text (it looks binary); the memory tool "
+            "reads UTF-8 text files and .png/.jpg/.jpeg images only."
+        )
+    return text
+
+
+def read_bytes(dir_fd: int, mp: MemoryPath) -> bytes:
+    """The bytes of the regular file `mp` (leaf of `dir_fd`), never through a symlink."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(mp.name, flags, dir_fd=dir_fd)
+    except OSError as err:
+        raise open_refusal(mp, err) from None
+    with os.fdopen(fd, "rb") as f:
+        check_readable(f.fileno(), mp)
+        return f.read(MAX_READ_BYTES + 1)
+
+
+def read_text(dir_fd: int, mp: MemoryPath) -> str:
+    return decode(mp, read_bytes(dir_fd, mp))
+
+
+def require_regular_file(dir_fd: int, mp: MemoryPath, command: str) -> None:
+    """Require `mp` to be an existing regular file (for str_replace and insert)."""
+    st = None if mp.is_root else lstat(dir_fd, mp.name)
+    if mp.is_root or (st is not None and stat.S_ISDIR(st.st_mode)):
+        raise CommandError(f"The path {mp.display} is not a file.")
+    if st is None:
+        raise missing(mp.display, command)
+    if stat.S_ISLNK(st.st_mode):
+        raise symlink_refused(mp.display, mp.display)
+    if not stat.S_ISREG(st.st_mode):
+        raise CommandError(f"The path {mp.display} is not a file.")
+
+
+def remove(dir_fd: int, name: str) -> None:
+    """Delete the file or the whole directory `name` under `dir_fd`."""
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISDIR(st.st_mode):
+        # With dir_fd, rmtree uses the fd-based walk that never follows symlinks.
+        shutil.rmtree(name, dir_fd=dir_fd)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def list_dir(mp: MemoryPath, dir_fd: int) -> str:
+    """The listing of `mp` two levels deep. Any directory it covers that cannot be listed
+    fails the whole view (never a listing with entries silently missing); only entries that
+    vanish while listing are left out."""
+    entries: list[tuple[int, str]] = []
+    base = mp.display.rstrip("/") or mp.display
+
+    def collect(fd: int, rel: str, depth: int) -> None:
+        where = f"{base}/{rel}" if rel else mp.display
+        try:
+            with os.scandir(fd) as it:
+                items = sorted(it, key=lambda e: e.name)
+        except OSError as err:
+            raise list_error(where, err) from err
+        for item in items:
+            if item.name.startswith(".") or item.name in view.EXCLUDED_NAMES:
+                continue
+            item_rel = f"{rel}/{item.name}" if rel else item.name
+            try:
+                st = item.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # vanished while listing
+            except OSError as err:
+                raise list_error(f"{base}/{item_rel}", err) from err
+            if stat.S_ISDIR(st.st_mode):
+                entries.append((view.DIRECTORY_SIZE, item_rel + "/"))
+                if depth < 2:
+                    try:
+                        sub = os.open(item.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                                      | os.O_CLOEXEC, dir_fd=fd)
+                    except OSError as err:
+                        if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                            continue  # vanished, or replaced by a file or symlink meanwhile
+                        raise list_error(f"{base}/{item_rel}", err) from err
+                    try:
+                        collect(sub, item_rel, depth + 1)
+                    finally:
+                        os.close(sub)
+            elif stat.S_ISREG(st.st_mode):
+                entries.append((st.st_size, item_rel))
+            # symlinks, sockets, fifos: not memory files, not listed
+
+    collect(dir_fd, "", 1)
+    return view.directory_listing(mp.display, entries)

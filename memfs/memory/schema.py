@@ -1,0 +1,105 @@
+"""The input schema of Claude's memory commands, and the checks that word a bad input for Claude.
+
+Owns which fields each of the six commands takes (their JSON types, which are required) and
+`validate()`, which turns any decoded JSON value into a command name and its fields — or raises
+`CommandError` with a sentence Claude can act on. Nothing here touches the filesystem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from memfs.memory.errors import CommandError
+
+_REQUIRED, _OPTIONAL = True, False
+#: command -> field -> (JSON type name, required)
+_FIELDS: dict[str, dict[str, tuple[str, bool]]] = {
+    "view": {"path": ("string", _REQUIRED), "view_range": ("array", _OPTIONAL)},
+    "create": {
+        "path": ("string", _REQUIRED),
+        "file_text": ("string", _REQUIRED),
+        "exclusive": ("boolean", _OPTIONAL),
+    },
+    "str_replace": {
+        "path": ("string", _REQUIRED),
+        "old_str": ("string", _REQUIRED),
+        "new_str": ("string", _OPTIONAL),
+    },
+    "insert": {
+        "path": ("string", _REQUIRED),
+        "insert_line": ("integer", _REQUIRED),
+        "insert_text": ("string", _REQUIRED),
+    },
+    "delete": {"path": ("string", _REQUIRED)},
+    "rename": {"old_path": ("string", _REQUIRED), "new_path": ("string", _REQUIRED)},
+}
+COMMANDS = tuple(_FIELDS)
+_TEXT_FIELDS = ("file_text", "old_str", "new_str", "insert_text")
+
+
+def json_type(value: object) -> str:
+    """The JSON type name of a decoded value (`integer` and `number` told apart)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
+def validate(command: object) -> tuple[str, dict[str, Any]]:
+    """Check the command's shape; return its name and fields (optional ones defaulted to None)."""
+    if not isinstance(command, Mapping):
+        raise CommandError(f"The memory command must be a JSON object, got {json_type(command)}.")
+    name = command.get("command")
+    expected = ", ".join(COMMANDS)
+    if name is None:
+        raise CommandError(f"Missing required parameter `command`. Expected one of: {expected}.")
+    if not isinstance(name, str):
+        raise CommandError(f"Parameter `command` must be a string, got {json_type(name)}.")
+    fields = _FIELDS.get(name)
+    if fields is None:
+        raise CommandError(f"Unknown command `{name}`. Expected one of: {expected}.")
+    out: dict[str, Any] = {}
+    for field, (kind, required) in fields.items():
+        value = command.get(field)
+        if value is None:
+            if required:
+                raise CommandError(f"Missing required parameter `{field}` for command `{name}`.")
+            out[field] = None
+            continue
+        if json_type(value) != kind:
+            article = "an" if kind[0] in "aeiou" else "a"
+            raise CommandError(
+                f"Parameter `{field}` for command `{name}` must be {article} {kind}, "
+                f"got {json_type(value)}."
+            )
+        if field in _TEXT_FIELDS:
+            _check_text(field, value)
+        out[field] = value
+    return name, out
+
+
+def _check_text(field: str, value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CommandError(
+            f"Parameter `{field}` is not valid Unicode text (it contains unpaired surrogates); "
+            "nothing was written."
+        ) from None
+    if "\x00" in value:
+        raise CommandError(
+            f"Parameter `{field}` contains NUL characters; memory files hold text only, "
+            "nothing was written."
+        )
