@@ -15,7 +15,9 @@ leaves this module. Two stages:
    in after the check cannot redirect them.
 
 The root itself is resolved once (`realpath`) when the handler is made: it is the operator's
-choice and may be a symlink (e.g. `/memories -> /mnt/memfs`).
+choice and may be a symlink (e.g. `/memories -> /mnt/memfs`). From then on it is pinned (see
+`MemoryRoot`): every command reopens it from `/` without following any symlink, so a later change
+of the tree never redirects a command.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ MEMORIES = "/memories"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_DIR_MODE = 0o700
 _SYNTAX_CHARS = ("/", "\\", "\x00")
+#: What every command answers once the root was removed or replaced after the handler was made.
+ROOT_GONE = (
+    "The memory directory was removed or replaced (for example by a symbolic link) since the "
+    "memory tool started; nothing was done. The operator must restore it or restart the tool."
+)
 
 
 @dataclass(frozen=True)
@@ -156,20 +163,60 @@ def _remove_made(made: list[tuple[int, str]]) -> None:
 
 
 class MemoryRoot:
-    """The real directory that stands for `/memories`."""
+    """The real directory that stands for `/memories`, resolved once when the handler is made.
+
+    The operator's path is resolved once (`realpath`). Every command then opens that real path
+    again from `/`, one component at a time with `O_NOFOLLOW`, so if the root or any directory
+    above it is later replaced by a symbolic link (planted through the mount, or written to the
+    bucket as an s3fs-style symlink object), or removed, the command fails with `ROOT_GONE` and
+    touches nothing — it is never redirected.
+
+    The root is identified by that symlink-free path, not by its inode: on a memfs mount a
+    directory's inode number changes when the kernel evicts the entry, and holding an fd open
+    would keep the mount busy for as long as the handler lives. So a real directory put at the
+    same path (by someone who may write there anyway) is accepted as the root.
+    """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.path = os.path.realpath(os.fspath(root))
         if not os.path.isdir(self.path):
             raise NotADirectoryError(f"memory root {os.fspath(root)!r} is not a directory")
+        try:
+            os.close(self._walk_real_path())
+        except OSError as err:
+            raise NotADirectoryError(
+                f"memory root {os.fspath(root)!r} cannot be opened without following a "
+                f"symbolic link: {err}"
+            ) from err
+
+    def _walk_real_path(self) -> int:
+        """Open `self.path` from `/`, every component with `O_NOFOLLOW` (ELOOP/ENOTDIR on a
+        symlink or a file anywhere on the way)."""
+        fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for name in self.path.split("/"):
+                if not name:
+                    continue
+                nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def open_root(self) -> int:
+        """A fresh fd of the root, reached without following any symlink; else `ROOT_GONE`."""
         try:
-            return os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fd = self._walk_real_path()
         except OSError as err:
+            if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                raise CommandError(ROOT_GONE) from None
             raise CommandError(
-                f"The memory directory is not available ({os.strerror(err.errno or 0)})."
+                f"The memory directory is not available ({os.strerror(err.errno or 0)}); "
+                "nothing was done."
             ) from err
+        return fd
 
     def open_subdir(self, dir_fd: int, name: str, mp: MemoryPath, depth: int) -> int:
         """Open `name` under `dir_fd` as a directory, never through a symlink.
