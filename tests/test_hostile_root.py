@@ -158,15 +158,19 @@ def test_serve_jsonl_after_root_replaced(tmp_path: Path) -> None:
     root.mkdir()
     out, before = _outside(tmp_path)
 
-    class Lines(io.BytesIO):
-        """Replaces the root after the first line has been answered."""
+    def lines():  # replaces the root after the first line has been answered
+        yield b'{"command": "create", "path": "/memories/a.txt", "file_text": "a"}\n'
+        os.rename(root, tmp_path / "old")
+        os.symlink(out, root)
+        yield b'{"command": "view", "path": "/memories/secret.txt"}\n'
+        yield b'{"command": "create", "path": "/memories/b.txt", "file_text": "b"}\n'
 
-        def __iter__(self):  # type: ignore[override]
-            yield b'{"command": "create", "path": "/memories/a.txt", "file_text": "a"}\n'
-            os.rename(root, tmp_path / "old")
-            os.symlink(out, root)
-            yield b'{"command": "view", "path": "/memories/secret.txt"}\n'
-            yield b'{"command": "create", "path": "/memories/b.txt", "file_text": "b"}\n'
+    class Lines(io.RawIOBase):
+        def __init__(self) -> None:
+            self.it = lines()
+
+        def readline(self, size: int | None = -1) -> bytes:  # type: ignore[override]
+            return next(self.it, b"")
 
     buf = io.BytesIO()
     assert serve_jsonl(root, Lines(), buf) == 0

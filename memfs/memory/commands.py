@@ -12,6 +12,7 @@ docs/HANDLER.md.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping
@@ -31,6 +32,8 @@ from memfs.memory.paths import (
 )
 from memfs.memory.schema import validate
 from memfs.protocol import MAX_AGENT_ID, valid_agent_id
+
+log = logging.getLogger(__name__)
 
 #: Largest file (UTF-8 bytes) that create/str_replace/insert will write.
 DEFAULT_MAX_FILE_BYTES = 1024 * 1024
@@ -94,7 +97,23 @@ class MemoryHandler:
     # -- entry points ----------------------------------------------------------------------
 
     def execute(self, command: Mapping[str, Any]) -> Content:
-        """Run one command; return a string, or content blocks for an image view."""
+        """Run one command; return a string, or content blocks for an image view.
+
+        Raises only `CommandError`, whatever the input: an unexpected exception (a bug) is
+        logged with its traceback and answered with one error text.
+        """
+        try:
+            return self._execute(command)
+        except CommandError:
+            raise
+        except Exception as exc:  # the last line of defence: never crash the caller's loop
+            log.exception("memory command failed unexpectedly")
+            raise CommandError(
+                f"The memory tool failed unexpectedly ({type(exc).__name__}); nothing is known "
+                "to have changed. View the files involved before retrying."
+            ) from None
+
+    def _execute(self, command: Mapping[str, Any]) -> Content:
         name, fields = validate(command)
         display = fields.get("path") or fields.get("old_path") or ""
         try:

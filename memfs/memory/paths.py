@@ -109,6 +109,12 @@ def parse(path: str) -> MemoryPath:
     """
     if "\x00" in path:
         raise CommandError(f"Path must not contain NUL bytes, got: {path!r}")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CommandError(
+            f"Path is not valid Unicode text (it contains unpaired surrogates), got: {path!a}"
+        ) from None
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
         raise CommandError(f"Path must not contain control characters, got: {path!r}")
     if "\\" in path:

@@ -35,6 +35,11 @@ _FIELDS: dict[str, dict[str, tuple[str, bool]]] = {
     "rename": {"old_path": ("string", _REQUIRED), "new_path": ("string", _REQUIRED)},
 }
 COMMANDS = tuple(_FIELDS)
+#: Integers (`insert_line`, `view_range` items) beyond this magnitude are refused before use, so no
+#: message ever formats a 5,000-digit number (Python refuses to, with ValueError).
+MAX_INT = 10**15
+#: How much of a bad `command` value an error message repeats.
+_SHOWN = 100
 _TEXT_FIELDS = ("file_text", "old_str", "new_str", "insert_text")
 
 
@@ -69,7 +74,10 @@ def validate(command: object) -> tuple[str, dict[str, Any]]:
         raise CommandError(f"Parameter `command` must be a string, got {json_type(name)}.")
     fields = _FIELDS.get(name)
     if fields is None:
-        raise CommandError(f"Unknown command `{name}`. Expected one of: {expected}.")
+        shown = name if len(name) <= _SHOWN else name[:_SHOWN] + "..."
+        raise CommandError(f"Unknown command `{shown!a}`. Expected one of: {expected}."
+                           if not shown.isprintable() else
+                           f"Unknown command `{shown}`. Expected one of: {expected}.")
     out: dict[str, Any] = {}
     for field, (kind, required) in fields.items():
         value = command.get(field)
@@ -83,6 +91,11 @@ def validate(command: object) -> tuple[str, dict[str, Any]]:
             raise CommandError(
                 f"Parameter `{field}` for command `{name}` must be {article} {kind}, "
                 f"got {json_type(value)}."
+            )
+        if kind == "integer" and not -MAX_INT <= value <= MAX_INT:
+            raise CommandError(
+                f"Parameter `{field}` for command `{name}` is out of range "
+                f"(at most {MAX_INT:,} in magnitude)."
             )
         if field in _TEXT_FIELDS:
             _check_text(field, value)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memfs.memory.errors import CommandError
+from memfs.memory.schema import MAX_INT
 
 MAX_LINES = 999_999
 LINE_NUMBER_WIDTH = len(str(MAX_LINES))
@@ -57,7 +58,12 @@ def numbered(line_no: int, line: str) -> str:
 
 
 def _range_text(view_range: object) -> str:
-    return json.dumps(view_range, ensure_ascii=False)
+    """`view_range` as JSON for a message: never raises, never longer than 200 characters."""
+    try:
+        text = json.dumps(view_range, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return "(not a list of two integers)"
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def select_range(view_range: object, n_lines: int) -> tuple[int, int]:
@@ -69,6 +75,7 @@ def select_range(view_range: object, n_lines: int) -> tuple[int, int]:
         not isinstance(view_range, list | tuple)
         or len(view_range) != 2
         or not all(isinstance(x, int) and not isinstance(x, bool) for x in view_range)
+        or not all(-MAX_INT <= x <= MAX_INT for x in view_range)
     ):
         raise CommandError(
             f"Invalid `view_range`: {vr}. It should be a list of two integers "
