@@ -28,6 +28,7 @@ from memfs.memory.paths import (
     PathMissing,
     PathNotDirectory,
     parse,
+    refuse_new_name,
     symlink_refused,
 )
 from memfs.memory.schema import validate
@@ -241,6 +242,8 @@ class MemoryHandler:
                 st = files.lstat(parent, mp.name)
                 if st is not None and f["exclusive"]:
                     raise CommandError(f"File {mp.display} already exists")
+                if st is None:
+                    refuse_new_name(mp, mp.name)
                 if st is not None and stat.S_ISDIR(st.st_mode):
                     raise CommandError(
                         f"The path {mp.display} is a directory; create needs a file path."
@@ -347,6 +350,8 @@ class MemoryHandler:
         # refused rename leaves no new directories behind.
         if dst.is_root:
             raise exists
+        if not src.is_root and dst.parts:
+            refuse_new_name(dst, dst.name)
         dst_blocked = None
         try:
             with self.root.walk(dst) as dst_parent:

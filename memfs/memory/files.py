@@ -15,7 +15,7 @@ import os
 import shutil
 import stat
 
-from memfs.memory import view
+from memfs.memory import names, view
 from memfs.memory.errors import CommandError, list_error
 from memfs.memory.paths import MemoryPath, symlink_refused
 
@@ -135,7 +135,8 @@ def list_dir(mp: MemoryPath, dir_fd: int) -> str:
         for item in items:
             if item.name.startswith(".") or item.name in view.EXCLUDED_NAMES:
                 continue
-            item_rel = f"{rel}/{item.name}" if rel else item.name
+            shown = names.escape(item.name)  # the name policy: refused characters escaped
+            item_rel = f"{rel}/{shown}" if rel else shown
             try:
                 st = item.stat(follow_symlinks=False)
             except FileNotFoundError:

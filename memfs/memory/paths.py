@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from memfs.memory import names
 from memfs.memory.errors import CommandError
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class MemoryPath:
 
     def prefix(self, n: int) -> str:
         """`/memories/<first n parts>` for messages."""
-        return "/".join((MEMORIES, *self.parts[:n]))
+        return "/".join((MEMORIES, *(names.escape(p) for p in self.parts[:n])))
 
 
 class PathMissing(Exception):
@@ -85,6 +86,16 @@ def symlink_refused(display: str, where: str) -> CommandError:
         f"The path {display} goes through the symbolic link {where}; "
         "the memory tool does not follow symbolic links."
     )
+
+
+def refuse_new_name(mp: MemoryPath, name: str) -> None:
+    """Refuse to create `name` if the name policy (`memfs.memory.names`) forbids it."""
+    if names.has_refused(name):
+        raise CommandError(
+            f"Cannot create {mp.display}: the name {names.escape(name)} contains control, "
+            "line-separator or bidirectional-formatting characters, which the memory tool "
+            "does not put in new names. Choose a plain name."
+        )
 
 
 def _looks_like_syntax(name: str) -> bool:
@@ -117,7 +128,13 @@ def parse(path: str) -> MemoryPath:
         ) from None
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
         raise CommandError(f"Path must not contain control characters, got: {path!r}")
-    if "\\" in path:
+    if names.has_refused(path):
+        raise CommandError(
+            "Path must not contain control, line-separator or bidirectional-formatting "
+            f"characters, got: {path!a}. A name that already holds one is written with the "
+            "escape a view shows (e.g. \\x85, \\u2028)."
+        )
+    if "\\" in names.strip_escapes(path):
         raise CommandError(
             f"Path must not contain backslashes (separate components with /), got: {path}"
         )
@@ -127,12 +144,13 @@ def parse(path: str) -> MemoryPath:
     for raw in path[len(MEMORIES) :].split("/"):
         if raw in ("", "."):
             continue
+        plain = names.strip_escapes(raw)  # the syntax checks below never see escapes
         if raw == "..":
             if not parts:
                 raise CommandError(f"Path {path} would escape /memories directory")
             parts.pop()
             continue
-        for decoded in _decodings(raw):
+        for decoded in _decodings(plain):
             if _looks_like_syntax(decoded) or _looks_like_syntax(
                 unicodedata.normalize("NFKC", decoded)
             ):
@@ -140,12 +158,20 @@ def parse(path: str) -> MemoryPath:
                     f"Path {path} contains percent-encoded path syntax ({raw}); "
                     "write file names literally."
                 )
-        if _looks_like_syntax(unicodedata.normalize("NFKC", raw)):
+        if _looks_like_syntax(unicodedata.normalize("NFKC", plain)):
             raise CommandError(
                 f"Path {path} contains a name that imitates path syntax ({raw}); "
                 "use plain file names."
             )
-        parts.append(raw)
+        try:
+            parts.append(names.unescape(raw))
+        except names.BadEscape as err:
+            raise CommandError(
+                f"Path {path} contains the escape {err.seq}, which is not how a view shows any "
+                "name; write ordinary characters literally (escapes stand only for control, "
+                "line-separator and bidirectional-formatting characters, exactly as a view "
+                "shows them)."
+            ) from None
     return MemoryPath(display=path, parts=tuple(parts))
 
 
@@ -263,6 +289,7 @@ class MemoryRoot:
                 except PathMissing:
                     if not create_parents:
                         raise
+                    refuse_new_name(mp, name)
                     try:
                         os.mkdir(name, _NEW_DIR_MODE, dir_fd=fd)
                     except FileExistsError:
