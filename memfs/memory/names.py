@@ -13,8 +13,8 @@ refused *as written* in any path (they corrupt listings and terminals, or reorde
 A name that already holds such characters (planted straight into S3, say) is shown by `view`
 escaped — `\\xHH` for code points up to U+00FF, `\\uHHHH` above (undecodable bytes as
 `\\udcHH`) — and remains addressable for view, str_replace, insert, delete and rename (as
-the source) by writing exactly that escaped form in the path. Only these canonical escapes of refused characters
-are decoded; any other backslash in a path is refused as before.
+the source) by writing exactly that escaped form in the path. Only these canonical escapes of
+refused characters are decoded; any other backslash in a path is refused as before.
 """
 
 from __future__ import annotations
