@@ -42,13 +42,41 @@ DEFAULT_MAX_FILE_BYTES = 1024 * 1024
 Content = str | list[dict[str, Any]]
 
 
-def _find_all(content: str, needle: str) -> list[int]:
-    """Start offsets of every occurrence of `needle`, overlapping ones included."""
-    found, pos = [], content.find(needle)
-    while pos != -1:
+#: A "multiple occurrences" error lists the lines of at most this many occurrences.
+MAX_LISTED_OCCURRENCES = 20
+#: Messages repeat at most this many characters of `old_str`.
+MAX_SHOWN_OLD = 1_000
+#: Each line of a str_replace snippet shows at most this many characters.
+MAX_SNIPPET_LINE = 2_000
+
+
+def _find_first(content: str, needle: str, limit: int) -> list[int]:
+    """Start offsets of the first `limit` occurrences of `needle`, overlapping ones included.
+
+    Bounded: at most `limit` searches, each linear in the text (no scan per occurrence).
+    """
+    found: list[int] = []
+    pos = content.find(needle)
+    while pos != -1 and len(found) < limit:
         found.append(pos)
         pos = content.find(needle, pos + 1)
     return found
+
+
+def _line_numbers(content: str, offsets: list[int]) -> list[int]:
+    """1-based line of each (ascending) offset, counting newlines once over the text."""
+    lines, line, last = [], 1, 0
+    for pos in offsets:
+        line += content.count("\n", last, pos)
+        last = pos
+        lines.append(line)
+    return lines
+
+
+def _shown(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit:,} more characters]"
 
 
 def _split_lines_keeping_cr(content: str) -> list[str]:
@@ -159,6 +187,14 @@ class MemoryHandler:
             except OSError as err:
                 raise files.open_refusal(mp, err) from None
             files.check_readable(edit.fd, mp)
+            size = os.fstat(edit.fd).st_size
+            if size > self.max_file_bytes:
+                raise CommandError(
+                    f"The file {mp.display} is {view.format_size(size)}, over the "
+                    f"{self.max_file_bytes:,}-byte limit for one memory file, so str_replace and "
+                    "insert cannot edit it; nothing was changed. View it in parts with "
+                    "`view_range`, or delete it."
+                )
             yield edit, files.decode(mp, edit.read(files.MAX_READ_BYTES))
 
     def _encode_for_write(self, mp: MemoryPath, text: str) -> bytes:
@@ -280,17 +316,23 @@ class MemoryHandler:
         with self.root.walk(mp) as parent:
             files.require_regular_file(parent, mp, "str_replace")
             with self._edit(parent, mp) as (edit, content):
-                found = _find_all(content, old)
+                found = _find_first(content, old, MAX_LISTED_OCCURRENCES + 1)
+                shown_old = _shown(old, MAX_SHOWN_OLD)
                 if not found:
                     raise CommandError(
-                        f"No replacement was performed, old_str `{old}` did not appear verbatim "
-                        f"in {mp.display}."
+                        f"No replacement was performed, old_str `{shown_old}` did not appear "
+                        f"verbatim in {mp.display}."
                     )
                 if len(found) > 1:
-                    lines = ", ".join(str(content.count("\n", 0, pos) + 1) for pos in found)
+                    listed = found[:MAX_LISTED_OCCURRENCES]
+                    lines = ", ".join(str(n) for n in _line_numbers(content, listed))
+                    if len(found) > MAX_LISTED_OCCURRENCES:
+                        # the total without overlaps: one linear count (str.count)
+                        total = max(content.count(old), len(found))
+                        lines += f" and at least {total - len(listed):,} more"
                     raise CommandError(
-                        f"No replacement was performed. Multiple occurrences of old_str `{old}` "
-                        f"in lines: {lines}. Please ensure it is unique"
+                        f"No replacement was performed. Multiple occurrences of old_str "
+                        f"`{shown_old}` in lines: {lines}. Please ensure it is unique"
                     )
                 pos = found[0]
                 new_content = content[:pos] + new + content[pos + len(old) :]  # literal
@@ -299,7 +341,8 @@ class MemoryHandler:
         changed = content.count("\n", 0, pos)
         new_lines = new_content.split("\n")
         first, last = max(0, changed - 2), min(len(new_lines), changed + 3)
-        snippet = [view.numbered(n, new_lines[n - 1]) for n in range(first + 1, last + 1)]
+        snippet = [view.numbered(n, _shown(new_lines[n - 1], MAX_SNIPPET_LINE))
+                   for n in range(first + 1, last + 1)]
         return (
             "The memory file has been edited. Here is the snippet showing the change "
             "(with line numbers):\n" + "\n".join(snippet)

@@ -42,14 +42,30 @@ def format_size(n: int) -> str:
 
 
 def directory_listing(display: str, entries: Sequence[tuple[int, str]]) -> str:
-    """`entries` are (size, relative path, with a trailing `/` for directories), in order."""
+    """`entries` are (size, relative path, with a trailing `/` for directories), in order.
+
+    At most `VIEW_CHAR_LIMIT` characters of entry lines, like a file view; the rest are left
+    out with a note saying how many.
+    """
     header = (
         f"Here're the files and directories up to 2 levels deep in {display}, "
         "excluding hidden items and node_modules:"
     )
     base = display.rstrip("/") or display
     lines = [f"{format_size(DIRECTORY_SIZE)}\t{display}"]
-    lines += [f"{format_size(size)}\t{base}/{rel}" for size, rel in entries]
+    used = len(lines[0])
+    for i, (size, rel) in enumerate(entries):
+        line = f"{format_size(size)}\t{base}/{rel}"
+        if used + 1 + len(line) > VIEW_CHAR_LIMIT:
+            left = len(entries) - i
+            return (
+                header + "\n" + "\n".join(lines)
+                + f"\n\n[Output truncated at {VIEW_CHAR_LIMIT:,} characters: showing {i:,} of "
+                f"{len(entries):,} entries; {left:,} entries were left out. View a subdirectory "
+                "to see more.]"
+            )
+        lines.append(line)
+        used += 1 + len(line)
     return header + "\n" + "\n".join(lines)
 
 
