@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from memfs.memory import files, secrets_guard, view
+from memfs.memory import files, names, secrets_guard, view
 from memfs.memory.atomic_write import Edit, open_edit, rename_noreplace, write_file
 from memfs.memory.errors import CommandError, os_error, write_error
 from memfs.memory.paths import (
@@ -79,6 +79,16 @@ def _shown(text: str, limit: int) -> str:
     return f"{text[:limit]}... [{len(text) - limit:,} more characters]"
 
 
+def _plain_name(name: object) -> bool:
+    """One name a path can spell as itself: not hidden, no escapes, no path syntax."""
+    if not isinstance(name, str) or not name or name.startswith(".") or names.has_refused(name):
+        return False
+    try:
+        return parse(f"/memories/{name}").parts == (name,)
+    except CommandError:
+        return False
+
+
 def _split_lines_keeping_cr(content: str) -> list[str]:
     lines = content.split("\n")
     if lines[-1] == "":
@@ -105,12 +115,19 @@ class MemoryHandler:
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         secrets_guard: bool = False,
         agent_id: str | None = None,
+        shared: Mapping[str, str | os.PathLike[str]] | None = None,
     ) -> None:
         if agent_id is not None and not valid_agent_id(agent_id):
             raise ValueError(
                 f"agent_id must be 1-{MAX_AGENT_ID} printable ASCII characters, got {agent_id!r}"
             )
         self.root = MemoryRoot(root)
+        #: Read-only areas shown as `/memories/<name>` (e.g. a team's notes next to the tenant's).
+        self.shared: dict[str, MemoryRoot] = {}
+        for name, path in (shared or {}).items():
+            if not _plain_name(name):
+                raise ValueError(f"shared area name must be one plain name, got {name!r}")
+            self.shared[name] = MemoryRoot(path)
         self.max_file_bytes = max_file_bytes
         self.secrets_guard = secrets_guard
         self.agent_id = agent_id or None
@@ -238,11 +255,47 @@ class MemoryHandler:
         except OSError as err:
             raise write_error(mp.display, err) from err
 
+    # -- shared areas ----------------------------------------------------------------------
+
+    def _locate(self, mp: MemoryPath) -> tuple[MemoryRoot, MemoryPath]:
+        """The root that holds `mp` (a shared area's, or the tenant's) and `mp` relative to it."""
+        if mp.parts and mp.parts[0] in self.shared:
+            return self.shared[mp.parts[0]], MemoryPath(mp.display, mp.parts[1:], mp.parts[:1])
+        return self.root, mp
+
+    def _writable(self, *mps: MemoryPath) -> None:
+        """Refuse a write, rename or delete that touches a read-only shared area."""
+        for mp in mps:
+            if mp.parts and mp.parts[0] in self.shared:
+                raise CommandError(
+                    f"The path {mp.display} is in /memories/{names.escape(mp.parts[0])}, a "
+                    "read-only shared area: it can be viewed, but not created in, edited, "
+                    "renamed, moved or deleted. Nothing was changed."
+                )
+
+    def _root_listing(self, mp: MemoryPath, fd: int) -> str:
+        """The view of `/memories`: the tenant's entries with each shared area in its place."""
+        skip = frozenset(self.shared)
+        groups: dict[str, list[tuple[int, str]]] = {}
+        for entry in files.list_entries(mp, fd, skip=skip):
+            groups.setdefault(entry[1].split("/")[0].rstrip("/"), []).append(entry)
+        for name, area in self.shared.items():
+            shown = names.escape(name)
+            with area.open_dir(MemoryPath(mp.display, (), (name,))) as afd:
+                groups[name] = [(view.DIRECTORY_SIZE, shown + "/"),
+                                *files.list_entries(mp, afd, rel=shown, depth=2)]
+        entries = [e for key in sorted(groups) for e in groups[key]]
+        return view.directory_listing(mp.display, entries)
+
     # -- commands --------------------------------------------------------------------------
 
     def _view(self, f: dict[str, Any]) -> Content:
         mp = parse(f["path"])
-        with self.root.walk(mp) as parent:
+        if mp.is_root and self.shared:
+            with self.root.open_dir(mp) as fd:
+                return self._root_listing(mp, fd)
+        root, mp = self._locate(mp)
+        with root.walk(mp) as parent:
             if mp.is_root:
                 return files.list_dir(mp, parent)
             st = files.lstat(parent, mp.name)
@@ -251,7 +304,7 @@ class MemoryHandler:
             if stat.S_ISLNK(st.st_mode):
                 raise symlink_refused(mp.display, mp.display)
             if stat.S_ISDIR(st.st_mode):
-                with self.root.open_dir(mp) as fd:
+                with root.open_dir(mp) as fd:
                     return files.list_dir(mp, fd)
             if not stat.S_ISREG(st.st_mode):
                 raise CommandError(f"Unsupported file type for {mp.display}")
@@ -267,6 +320,7 @@ class MemoryHandler:
 
     def _create(self, f: dict[str, Any]) -> Content:
         mp = parse(f["path"])
+        self._writable(mp)
         if mp.is_root and f["exclusive"]:
             raise CommandError(f"File {mp.display} already exists")
         if mp.is_root:
@@ -307,6 +361,7 @@ class MemoryHandler:
 
     def _str_replace(self, f: dict[str, Any]) -> Content:
         mp = parse(f["path"])
+        self._writable(mp)
         old, new = f["old_str"], f["new_str"] or ""
         if old == "":
             raise CommandError(
@@ -350,6 +405,7 @@ class MemoryHandler:
 
     def _insert(self, f: dict[str, Any]) -> Content:
         mp = parse(f["path"])
+        self._writable(mp)
         with self.root.walk(mp) as parent:
             files.require_regular_file(parent, mp, "insert")
             with self._edit(parent, mp) as (edit, content):
@@ -374,6 +430,7 @@ class MemoryHandler:
         mp = parse(f["path"])
         if mp.is_root:
             raise CommandError("Cannot delete the /memories directory itself")
+        self._writable(mp)
         with self.root.walk(mp) as parent:
             if files.lstat(parent, mp.name) is None:
                 raise files.missing(mp.display, "delete")
@@ -387,6 +444,7 @@ class MemoryHandler:
         src, dst = parse(f["old_path"]), parse(f["new_path"])
         if src.is_root:
             raise CommandError("Cannot rename the /memories directory itself")
+        self._writable(src, dst)
         exists = CommandError(f"The destination {dst.display} already exists")
         not_dir = "Cannot move {src} to {dst}: {where} is a file, not a directory."
         # Checks in the SDK's order (destination first), all before anything is made, so a

@@ -122,6 +122,15 @@ def list_dir(mp: MemoryPath, dir_fd: int) -> str:
     """The listing of `mp` two levels deep. Any directory it covers that cannot be listed
     fails the whole view (never a listing with entries silently missing); only entries that
     vanish while listing are left out."""
+    return view.directory_listing(mp.display, list_entries(mp, dir_fd))
+
+
+def list_entries(mp: MemoryPath, dir_fd: int, rel: str = "", depth: int = 1,
+                 skip: frozenset[str] = frozenset()) -> list[tuple[int, str]]:
+    """The entries `list_dir` shows: (size, path relative to `mp`), depth first, by name.
+
+    `rel`/`depth` start the walk below `mp` (for a shared area shown inside a listing);
+    top-level names in `skip` are left out."""
     entries: list[tuple[int, str]] = []
     base = mp.display.rstrip("/") or mp.display
 
@@ -161,5 +170,7 @@ def list_dir(mp: MemoryPath, dir_fd: int) -> str:
                 entries.append((st.st_size, item_rel))
             # symlinks, sockets, fifos: not memory files, not listed
 
-    collect(dir_fd, "", 1)
-    return view.directory_listing(mp.display, entries)
+    collect(dir_fd, rel, depth)
+    if skip:
+        entries = [e for e in entries if e[1].split("/")[0].rstrip("/") not in skip]
+    return entries

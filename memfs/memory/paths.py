@@ -55,6 +55,8 @@ class MemoryPath:
 
     display: str
     parts: tuple[str, ...]
+    #: Names between `/memories` and `parts` (a shared area's name), for messages only.
+    base: tuple[str, ...] = ()
 
     @property
     def is_root(self) -> bool:
@@ -66,7 +68,8 @@ class MemoryPath:
 
     def prefix(self, n: int) -> str:
         """`/memories/<first n parts>` for messages."""
-        return "/".join((MEMORIES, *(names.escape(p) for p in self.parts[:n])))
+        shown = (*self.base, *self.parts[:n])
+        return "/".join((MEMORIES, *(names.escape(p) for p in shown)))
 
 
 class PathMissing(Exception):

@@ -1,0 +1,117 @@
+"""Issue #15: tenants on one tree — each handler sees its own root, plus read-only shared areas.
+
+Layout: <top>/users/alice, <top>/users/bob, <top>/team (shared read-only as /memories/team).
+Alice's handler must read the team notes, never write them, and never reach bob by any path trick.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memfs.memory.commands import MemoryHandler
+from memfs.memory.errors import CommandError
+
+BOB_SECRET = "BOB-PRIVATE-NOTE"
+
+
+def _tree(top: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(top)): (p.read_bytes() if p.is_file() and not p.is_symlink()
+                                      else b"<other>")
+            for p in sorted(top.rglob("*"))}
+
+
+def _setup(top: Path) -> MemoryHandler:
+    for d in ("users/alice", "users/bob", "team/sub"):
+        (top / d).mkdir(parents=True, exist_ok=True)
+    (top / "users/alice/mine.md").write_text("alice\n")
+    (top / "users/bob/secret.md").write_text(BOB_SECRET + "\n")
+    (top / "team/handbook.md").write_text("team rules\n")
+    (top / "team/sub/deep.md").write_text("deep\n")
+    return MemoryHandler(top / "users/alice", shared={"team": top / "team"})
+
+
+def test_shared_area_reads(tmp_path: Path) -> None:
+    h = _setup(tmp_path)
+    (tmp_path / "users/alice/zeta").mkdir()
+    (tmp_path / "users/alice/a.md").write_text("a")
+    (tmp_path / "users/alice/team").mkdir()  # shadowed by the shared area
+    (tmp_path / "users/alice/team/hidden-by-shared.md").write_text("x")
+    listing = h.run({"command": "view", "path": "/memories"})
+    assert listing.splitlines()[1:] == [
+        "4K\t/memories", "1B\t/memories/a.md", "6B\t/memories/mine.md", "4K\t/memories/team/",
+        "11B\t/memories/team/handbook.md", "4K\t/memories/team/sub/", "4K\t/memories/zeta/",
+    ]
+    assert "team rules" in h.run({"command": "view", "path": "/memories/team/handbook.md"})
+    assert "deep" in h.run({"command": "view", "path": "/memories/team/sub/deep.md"})
+    assert "/memories/team/sub/deep.md" in h.run({"command": "view", "path": "/memories/team"})
+
+
+WRITES: list[dict[str, Any]] = [
+    {"command": "create", "path": "/memories/team/new.md", "file_text": "x"},
+    {"command": "create", "path": "/memories/team/handbook.md", "file_text": "x"},
+    {"command": "create", "path": "/memories/team", "file_text": "x"},
+    {"command": "str_replace", "path": "/memories/team/handbook.md", "old_str": "team",
+     "new_str": "mine"},
+    {"command": "insert", "path": "/memories/team/handbook.md", "insert_line": 0,
+     "insert_text": "x"},
+    {"command": "delete", "path": "/memories/team/handbook.md"},
+    {"command": "delete", "path": "/memories/team"},
+    {"command": "delete", "path": "/memories/./team/../team/sub"},
+    {"command": "rename", "old_path": "/memories/team/handbook.md", "new_path": "/memories/h.md"},
+    {"command": "rename", "old_path": "/memories/team", "new_path": "/memories/t2"},
+    {"command": "rename", "old_path": "/memories/mine.md", "new_path": "/memories/team/mine.md"},
+    {"command": "rename", "old_path": "/memories/mine.md", "new_path": "/memories/team"},
+]
+
+
+@pytest.mark.parametrize("cmd", WRITES, ids=range(len(WRITES)))
+def test_shared_area_is_read_only(tmp_path: Path, cmd: dict[str, Any]) -> None:
+    h = _setup(tmp_path)
+    before = _tree(tmp_path)
+    with pytest.raises(CommandError, match="read-only shared area"):
+        h.run(cmd)
+    assert _tree(tmp_path) == before
+
+
+TRICKS: list[dict[str, Any]] = [
+    {"command": "view", "path": "/memories/../bob/secret.md"},
+    {"command": "view", "path": "/memories/../../users/bob/secret.md"},
+    {"command": "view", "path": "/memories/team/../../bob/secret.md"},
+    {"command": "view", "path": "/memories/%2e%2e/bob/secret.md"},
+    {"command": "view", "path": "/memories/to-bob/secret.md"},
+    {"command": "view", "path": "/memories/team/to-bob/secret.md"},
+    {"command": "view", "path": "/memories/to-bob"},
+    {"command": "str_replace", "path": "/memories/to-bob/secret.md", "old_str": "BOB",
+     "new_str": "X"},
+    {"command": "create", "path": "/memories/to-bob/new.md", "file_text": "x"},
+    {"command": "delete", "path": "/memories/to-bob/secret.md"},
+    {"command": "rename", "old_path": "/memories/mine.md", "new_path": "/memories/to-bob/m.md"},
+    {"command": "rename", "old_path": "/memories/to-bob/secret.md", "new_path": "/memories/s.md"},
+    {"command": "rename", "old_path": "/memories/mine.md", "new_path": "/memories/../bob/m.md"},
+]
+
+
+@pytest.mark.parametrize("cmd", TRICKS, ids=range(len(TRICKS)))
+def test_one_tenant_cannot_reach_another(tmp_path: Path, cmd: dict[str, Any]) -> None:
+    h = _setup(tmp_path)
+    os.symlink(tmp_path / "users/bob", tmp_path / "users/alice/to-bob")
+    os.symlink("../../users/bob", tmp_path / "users/alice/rel-bob")
+    before = _tree(tmp_path / "users/bob")
+    try:
+        out = h.run(cmd)
+    except CommandError as err:
+        out = str(err)
+    assert BOB_SECRET not in out
+    assert _tree(tmp_path / "users/bob") == before
+    # the listing never shows bob's files either
+    assert "secret.md" not in h.run({"command": "view", "path": "/memories"})
+
+
+def test_bad_shared_names_are_refused(tmp_path: Path) -> None:
+    for name in ("", "a/b", "..", ".hidden", "x\x01"):
+        with pytest.raises(ValueError):
+            MemoryHandler(tmp_path, shared={name: tmp_path})
