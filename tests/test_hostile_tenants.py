@@ -115,3 +115,44 @@ def test_bad_shared_names_are_refused(tmp_path: Path) -> None:
     for name in ("", "a/b", "..", ".hidden", "x\x01"):
         with pytest.raises(ValueError):
             MemoryHandler(tmp_path, shared={name: tmp_path})
+
+
+def test_tenants_on_a_mount_with_a_planted_symlink(mount_factory: Any, s3: Any) -> None:
+    import stat
+    import time
+
+    from tests.conftest import BUCKET
+
+    mnt = mount_factory()
+    h = _setup(mnt)
+    # a second writer plants s3fs-style symlinks in alice's prefix, pointing at bob
+    for key, target in (("users/alice/to-bob", str(mnt / "users/bob")),
+                        ("users/alice/rel-bob", "../bob"),
+                        ("team/to-bob", "../users/bob")):
+        s3.put_object(Bucket=BUCKET, Key=key, Body=target.encode(),
+                      Metadata={"mode": str(stat.S_IFLNK | 0o777)})
+    deadline = time.monotonic() + 15
+    while not (os.path.islink(mnt / "users/alice/to-bob")
+               and os.path.islink(mnt / "team/to-bob")) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    before = _tree(mnt / "users/bob")
+    for cmd in [*TRICKS,
+                {"command": "view", "path": "/memories/rel-bob/secret.md"},
+                {"command": "view", "path": "/memories/team/to-bob/secret.md"},
+                {"command": "create", "path": "/memories/rel-bob/x.md", "file_text": "x"},
+                {"command": "rename", "old_path": "/memories/mine.md",
+                 "new_path": "/memories/rel-bob/mine.md"}]:
+        try:
+            out = h.run(cmd)
+        except CommandError as err:
+            out = str(err)
+        assert BOB_SECRET not in out, cmd
+    for cmd in WRITES:
+        with pytest.raises(CommandError, match="read-only shared area"):
+            h.run(cmd)
+    assert _tree(mnt / "users/bob") == before
+    assert "secret.md" not in h.run({"command": "view", "path": "/memories"})
+    assert "team rules" in h.run({"command": "view", "path": "/memories/team/handbook.md"})
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="users/bob/")
+                  .get("Contents", []))
+    assert keys == ["users/bob/", "users/bob/secret.md"]  # its marker and its one file
