@@ -156,3 +156,27 @@ def test_tenants_on_a_mount_with_a_planted_symlink(mount_factory: Any, s3: Any) 
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="users/bob/")
                   .get("Contents", []))
     assert keys == ["users/bob/", "users/bob/secret.md"]  # its marker and its one file
+
+
+def test_serve_jsonl_and_memory_tool_take_shared(tmp_path: Path) -> None:
+    import io
+    import json
+
+    from memfs.memory.jsonl import serve_jsonl
+
+    _setup(tmp_path)
+    lines = (b'{"command": "view", "path": "/memories/team/handbook.md"}\n'
+             b'{"command": "delete", "path": "/memories/team/handbook.md"}\n')
+    out = io.BytesIO()
+    assert serve_jsonl(tmp_path / "users/alice", io.BytesIO(lines), out,
+                       shared={"team": tmp_path / "team"}) == 0
+    view, delete = (json.loads(x) for x in out.getvalue().splitlines())
+    assert "team rules" in view["content"] and not view["is_error"]
+    assert delete["is_error"] and "read-only shared area" in delete["content"]
+    pytest.importorskip("anthropic")
+    from memfs.memory.sdk import MemoryTool
+
+    tool = MemoryTool(tmp_path / "users/alice", shared={"team": tmp_path / "team"})
+    assert "team rules" in tool.handler.run({"command": "view",
+                                             "path": "/memories/team/handbook.md"})
+    assert (tmp_path / "team/handbook.md").exists()

@@ -43,6 +43,7 @@ def serve_jsonl(
     errfile: IO[str] | None = None,
     secrets_guard: bool = False,
     agent_id: str | None = None,
+    shared: Mapping[str, str | os.PathLike[str]] | None = None,
 ) -> int:
     """Serve the JSON-lines protocol until `infile` ends; return the process exit status.
 
@@ -53,12 +54,12 @@ def serve_jsonl(
     order; a line that is not valid JSON gets `{"content": "Invalid JSON ...", "is_error": true}`,
     and so does any line the server cannot use (bad UTF-8, longer than `max_line_bytes()`).
     Returns 0 at end of input, 2 (after one line on `errfile`) if `root` is not a directory.
-    `secrets_guard` and `agent_id` are passed to `MemoryHandler`.
+    `secrets_guard`, `agent_id` and `shared` (read-only areas) are passed to `MemoryHandler`.
     """
     err_out = errfile if errfile is not None else sys.stderr
     try:
         handler = MemoryHandler(root, max_file_bytes=max_file_bytes,
-                                secrets_guard=secrets_guard, agent_id=agent_id)
+                                secrets_guard=secrets_guard, agent_id=agent_id, shared=shared)
     except (OSError, ValueError) as err:
         print(f"memfs handle: {err}", file=err_out)
         return 2

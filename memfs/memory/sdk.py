@@ -36,8 +36,8 @@ class MemoryTool(BetaAbstractMemoryTool):
     )
     ```
 
-    `secrets_guard` and `agent_id` are `MemoryHandler`'s (refuse credential-looking content;
-    record who wrote each file on a memfs mount).
+    `secrets_guard`, `agent_id` and `shared` are `MemoryHandler`'s (refuse credential-looking
+    content; record who wrote each file on a memfs mount; read-only shared areas).
     """
 
     def __init__(
@@ -48,10 +48,12 @@ class MemoryTool(BetaAbstractMemoryTool):
         cache_control: BetaCacheControlEphemeralParam | None = None,
         secrets_guard: bool = False,
         agent_id: str | None = None,
+        shared: Mapping[str, str | os.PathLike[str]] | None = None,
     ) -> None:
         super().__init__(cache_control=cache_control)
         self.handler = MemoryHandler(root, max_file_bytes=max_file_bytes,
-                                     secrets_guard=secrets_guard, agent_id=agent_id)
+                                     secrets_guard=secrets_guard, agent_id=agent_id,
+                                     shared=shared)
 
     def _run(self, command: Any) -> BetaFunctionToolResultType:
         if not isinstance(command, Mapping):
