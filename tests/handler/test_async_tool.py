@@ -11,8 +11,11 @@ import base64
 import os
 import random
 import re
+import subprocess
+import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -32,6 +35,7 @@ from memfs.testing import StubMessagesServer
 from tests.conftest import BUCKET
 
 MODEL = "claude-stub-model"
+WORKTREE = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(16)
 OPTIONS: dict[str, Any] = {"max_file_bytes": 1000, "secrets_guard": True, "agent_id": "tester/1"}
 
@@ -561,3 +565,42 @@ def test_32_concurrent_conversations_lose_no_acknowledged_edit(
                 | {f"log: agent {i} checked in" for i in range(CONVERSATIONS)})
     assert sorted(lines[1:-1]) == sorted(expected)  # every acknowledged edit, exactly once
     print(f"\n{CONVERSATIONS} conversations, {races} lost races reported and retried")
+
+
+# -- the documentation's snippet ---------------------------------------------------------------
+
+
+def doc_snippet(heading: str) -> str:
+    """The first ```python block after `heading` in docs/HANDLER-integrations.md."""
+    text = (WORKTREE / "docs" / "HANDLER-integrations.md").read_text()
+    after = text[text.index(heading):]
+    match = re.search(r"```python\n(.*?)```", after, re.S)
+    assert match is not None
+    return match.group(1)
+
+
+def test_the_async_snippet_in_the_docs_runs(tmp_path: Path) -> None:
+    code = doc_snippet("## The async Anthropic SDK")
+    assert 'AsyncMemoryTool("/memories")' in code
+    code = code.replace('AsyncMemoryTool("/memories")', f"AsyncMemoryTool({str(tmp_path)!r})")
+
+    def reply(body: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"type": "tool_use", "name": "memory",
+                 "input": {"command": "create", "path": "/memories/coffee.md",
+                           "file_text": text_of(body["messages"][-1]["content"]) + "\n"}}]
+
+    turns: list[Callable[[dict[str, Any]], list[dict[str, Any]]] | list[dict[str, Any]]] = [
+        reply, [{"type": "text", "text": "I'll remember that."}]]
+    with StubMessagesServer(turns) as stub:
+        path = [str(WORKTREE), *filter(None, os.environ.get("PYTHONPATH", "").split(":"))]
+        env = {**os.environ, "ANTHROPIC_API_KEY": "stub", "ANTHROPIC_BASE_URL": stub.url,
+               "PYTHONPATH": ":".join(path)}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert stub.errors == [] and stub.turns_left == 0
+    assert done.stdout == "I'll remember that.\n"
+    assert (tmp_path / "coffee.md").read_text() == "Remember that I take my coffee black.\n"
+    assert stub.tool_results() == [{
+        "type": "tool_result", "tool_use_id": "toolu_stub_1_0",
+        "content": "File created successfully at: /memories/coffee.md"}]

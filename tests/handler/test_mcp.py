@@ -6,7 +6,9 @@ and the command line. Mount tests fail (never skip) if the mount cannot be made.
 from __future__ import annotations
 
 import base64
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -406,3 +408,13 @@ def test_options_reach_the_handler(mnt: Path, s3: Any) -> None:
     assert ok == (False, [{"type": "text", "text": "File created successfully at: "
                                                    "/memories/a.md"}])
     assert s3.head_object(Bucket=BUCKET, Key="a.md")["Metadata"]["memfs-agent"] == "mcp/1"
+
+
+def test_the_config_snippets_in_the_docs_parse() -> None:
+    text = (WORKTREE / "docs" / "HANDLER-integrations.md").read_text()
+    configs = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", text, re.S)]
+    servers = [c["mcpServers"]["memory"] for c in configs]
+    assert servers[0] == {"command": "memfs", "args": ["mcp", "--root", "/memories"]}
+    assert servers[1]["args"][:2] == ["-m", "memfs.memory.mcp_server"]
+    args = mcp_server.build_parser().parse_args(servers[1]["args"][2:])
+    assert (args.root, args.transport, args.host) == ("/memories", "stdio", "127.0.0.1")
