@@ -288,13 +288,38 @@ def test_a_running_call_finishes_before_cancellation_is_raised(mnt: Path) -> Non
     asyncio.run(main())
 
 
+def test_a_timeout_waits_for_the_running_command(tmp_path: Path) -> None:
+    # asyncio.timeout cancels the call; TimeoutError comes once the command is done.
+    tool = AsyncMemoryTool(tmp_path)
+    original = tool.handler.execute
+    release = threading.Event()
+
+    def gated(command: Any) -> Any:
+        assert release.wait(10)
+        return original(command)
+
+    tool.handler.execute = gated  # type: ignore[method-assign]
+    threading.Timer(0.3, release.set).start()
+
+    async def main() -> float:
+        start = asyncio.get_running_loop().time()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.05):
+                await tool.call({"command": "create", "path": "/memories/t.md",
+                                 "file_text": "written\n"})
+        return asyncio.get_running_loop().time() - start
+
+    assert asyncio.run(main()) >= 0.29
+    assert (tmp_path / "t.md").read_text() == "written\n"
+
+
 def test_random_cancellations_leave_the_old_or_the_new_file(mnt: Path) -> None:
     # Big files, so that the upload takes a while, cancelled at random moments. After each
     # call the file is exactly the old or the new text, and when the call has returned (or
     # raised CancelledError) nothing of it is still running: the next round's "old" holds.
     tool = AsyncMemoryTool(mnt)
     rng = random.Random(15)
-    texts = [f"{k:04}\n" + chr(ord("a") + k % 26) * 200_000 + "\n" for k in range(24)]
+    texts = [f"{k:04}\n" + chr(ord("a") + k % 26) * 200_000 + "\n" for k in range(30)]
     (mnt / "big.md").write_text(texts[0])
     outcomes = {"applied": 0, "cancelled-applied": 0, "cancelled-dropped": 0}
 
@@ -308,7 +333,8 @@ def test_random_cancellations_leave_the_old_or_the_new_file(mnt: Path) -> None:
                            "old_str": current[:5], "new_str": texts[k][:5]}
             new = texts[k] if k % 2 else texts[k][:5] + current[5:]
             call = asyncio.create_task(tool.call(command))
-            await asyncio.sleep(rng.uniform(0, 0.08))
+            # Cancelled before it starts, just as its thread picks it up, or mid-upload.
+            await asyncio.sleep(rng.choice([0, 0, rng.uniform(0, 0.002), rng.uniform(0, 0.03)]))
             call.cancel()
             try:
                 await call
@@ -328,6 +354,7 @@ def test_random_cancellations_leave_the_old_or_the_new_file(mnt: Path) -> None:
 
     asyncio.run(main())
     assert sum(outcomes.values()) == len(texts) - 1, outcomes
+    assert outcomes["cancelled-applied"] + outcomes["cancelled-dropped"] > 0, outcomes
     assert sorted(os.listdir(mnt)) == ["big.md"]  # no temporary file left behind
 
 
