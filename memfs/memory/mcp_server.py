@@ -1,0 +1,284 @@
+"""An MCP server with one tool, `memory`: Claude's memory tool over a directory (a memfs mount).
+
+For MCP clients (Claude Code, Claude Desktop, any agent framework that speaks MCP) that do not
+run the Messages API's built-in memory tool themselves:
+
+    python -m memfs.memory.mcp_server --root /memories                  # stdio (the default)
+    python -m memfs.memory.mcp_server --root /memories --transport http --port 8765
+                                      # streamable HTTP at http://127.0.0.1:8765/mcp
+
+The tool's input schema is the memory tool's (`command` and the fields of the six commands,
+`INPUT_SCHEMA`), every call goes to `MemoryHandler.execute` unchanged, and the result is the
+handler's exact text (an image view adds an MCP image block after its caption). A refused command
+is an MCP tool error (`isError: true`) whose text is the handler's exact error text; the server
+does not validate arguments against the schema itself, so even malformed input gets the handler's
+wording. Commands run in worker threads; a cancelled request still waits for its command to
+finish (the handler's writes are all-or-nothing), so a cancelled write leaves the old or the new
+file and may have been applied.
+
+Built on the official `mcp` SDK's low-level `Server` (exact control of the schema), and works
+with both of its major versions: 1.x registers handlers with decorators, 2.x in the constructor.
+This module imports `mcp` (the optional `memfs[mcp]` extra), never `anthropic`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import mcp.types as types
+from mcp.server.lowlevel import Server
+
+from memfs.handler import CommandError, MemoryHandler
+
+__all__ = ["DESCRIPTION", "INPUT_SCHEMA", "TOOL_NAME", "MemoryToolService", "build_server", "main"]
+
+PROG = "memfs mcp"
+TOOL_NAME = "memory"
+COMMANDS = ["view", "create", "str_replace", "insert", "delete", "rename"]
+
+DESCRIPTION = (
+    "Persistent memory: a directory of text files under /memories that outlives this "
+    "conversation (and may be shared with other agents). Check it before starting a task, and "
+    "record progress, decisions and lessons as you go; keep it organised and up to date.\n"
+    "Commands (every path starts with /memories):\n"
+    "- view: a directory listing (two levels deep), or a text file with line numbers; "
+    "view_range [first, last] shows only those lines (last -1 = to the end).\n"
+    "- create: write file_text to path, creating parent directories or replacing the file.\n"
+    "- str_replace: replace old_str, which must occur exactly once in the file, with new_str.\n"
+    "- insert: insert insert_text after line insert_line (0 = at the top).\n"
+    "- delete: delete a file or a whole directory.\n"
+    "- rename: move old_path to new_path (never overwrites an existing path).\n"
+    "Edits are all-or-nothing; if another writer changed a file meanwhile the command is "
+    "refused: view the file again and retry."
+)
+
+#: The memory tool's input (`memory_20250818`): `command` plus each command's fields.
+INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "command": {"type": "string", "enum": COMMANDS, "description": "The operation."},
+        "path": {
+            "type": "string",
+            "description": "view, create, str_replace, insert, delete: a path under /memories, "
+                           "e.g. /memories/notes.md.",
+        },
+        "view_range": {
+            "type": "array",
+            "items": {"type": "integer"},
+            "minItems": 2,
+            "maxItems": 2,
+            "description": "view (optional, files only): [first, last] line, 1-based and "
+                           "inclusive; last -1 means to the end of the file.",
+        },
+        "file_text": {"type": "string", "description": "create: the whole content of the file."},
+        "old_str": {
+            "type": "string",
+            "description": "str_replace: the exact text to replace; it must occur exactly once.",
+        },
+        "new_str": {
+            "type": "string",
+            "description": "str_replace: the replacement text (empty or omitted to delete).",
+        },
+        "insert_line": {
+            "type": "integer",
+            "description": "insert: the line after which to insert (0 = before the first line).",
+        },
+        "insert_text": {"type": "string", "description": "insert: the text to insert."},
+        "old_path": {"type": "string", "description": "rename: the file or directory to move."},
+        "new_path": {"type": "string", "description": "rename: where to move it."},
+    },
+    "required": ["command"],
+}
+
+Content = list[types.TextContent | types.ImageContent]
+
+
+class MemoryToolService:
+    """The `memory` tool without any transport: `await call(name, arguments)` gives the MCP
+    content blocks and whether they are an error."""
+
+    def __init__(self, root: str | os.PathLike[str], *, max_file_bytes: int | None = None,
+                 secrets_guard: bool = False, agent_id: str | None = None) -> None:
+        options: dict[str, Any] = {"secrets_guard": secrets_guard, "agent_id": agent_id}
+        if max_file_bytes is not None:
+            options["max_file_bytes"] = max_file_bytes
+        self.handler = MemoryHandler(root, **options)
+        self.tool = types.Tool(name=TOOL_NAME, description=DESCRIPTION, inputSchema=INPUT_SCHEMA)
+
+    async def call(self, name: str, arguments: Mapping[str, Any] | None) -> tuple[Content, bool]:
+        if name != TOOL_NAME:
+            return [_text(f"Unknown tool `{name}`: this server has one tool, `{TOOL_NAME}`.")], True
+        try:
+            # Not abandoned on cancellation: the command always finishes in its thread.
+            result = await anyio.to_thread.run_sync(self.handler.execute, arguments or {})
+        except CommandError as err:
+            return [_text(str(err))], True
+        return _content(result), False
+
+
+def _text(text: str) -> types.TextContent:
+    return types.TextContent(type="text", text=text)
+
+
+def _content(result: str | list[dict[str, Any]]) -> Content:
+    """The handler's result as MCP content: its text, or for an image view the caption and the
+    image."""
+    if isinstance(result, str):
+        return [_text(result)]
+    out: Content = []
+    for block in result:
+        if block.get("type") == "image":
+            source = block["source"]
+            out.append(types.ImageContent(type="image", data=source["data"],
+                                          mimeType=source["media_type"]))
+        else:
+            out.append(_text(str(block["text"])))
+    return out
+
+
+class _ToolFailure(Exception):
+    """mcp 1.x turns an exception from a tool handler into `isError: true` with `str(err)`."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memfs")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def build_server(service: MemoryToolService) -> Server:
+    """A low-level MCP `Server` serving `service`'s one tool (mcp 1.x or 2.x)."""
+    instructions = "Use the memory tool to keep notes that persist across conversations."
+    if hasattr(Server, "call_tool"):  # mcp 1.x: decorator registration
+        server: Any = Server("memfs", version=_version(), instructions=instructions)
+
+        @server.list_tools()
+        async def list_tools() -> list[types.Tool]:
+            return [service.tool]
+
+        # validate_input=False: malformed input reaches the handler, which words the error.
+        @server.call_tool(validate_input=False)
+        async def call_tool(name: str, arguments: dict[str, Any] | None) -> Content:
+            content, is_error = await service.call(name, arguments)
+            if is_error:
+                raise _ToolFailure(content[0].text)  # type: ignore[union-attr]
+            return content
+
+        return server
+
+    async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[service.tool])
+
+    async def on_call_tool(ctx: Any, params: Any) -> types.CallToolResult:
+        content, is_error = await service.call(params.name, params.arguments)
+        return types.CallToolResult(content=content, isError=is_error)  # type: ignore[arg-type]
+
+    return Server("memfs", version=_version(), instructions=instructions,  # type: ignore[call-arg]
+                  on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+
+
+async def serve_stdio(server: Server) -> None:
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def http_app(server: Server, host: str) -> Any:
+    """A Starlette app serving `server` over streamable HTTP at `/mcp`.
+
+    Bound to a loopback address, only requests whose Host (and Origin, if any) name a loopback
+    address are served (DNS-rebinding protection).
+    """
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from mcp.server.transport_security import TransportSecuritySettings
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    security = None
+    if _is_loopback(host):
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+    manager = StreamableHTTPSessionManager(app=server, security_settings=security)
+
+    class Endpoint:  # an ASGI app, not a request/response function
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            await manager.handle_request(scope, receive, send)
+
+    return Starlette(routes=[Route("/mcp", endpoint=Endpoint())],
+                     lifespan=lambda app: manager.run())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Serve Claude's memory tool on DIR as an MCP server.")
+    p.add_argument("--root", required=True, metavar="DIR",
+                   help="directory that stands for /memories (a memfs mount)")
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                   help="stdio (default), or streamable HTTP at http://HOST:PORT/mcp")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="HTTP: address to bind (default 127.0.0.1; there is no authentication)")
+    p.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765)")
+    p.add_argument("--max-file-bytes", type=int, default=None,
+                   help="largest file a command may write")
+    p.add_argument("--secrets-guard", action="store_true",
+                   help="refuse content that looks like a credential (keys, tokens, passwords)")
+    p.add_argument("--agent-id", help="recorded as the writer's agent in each object's metadata "
+                   "on a memfs mount")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # no per-request chatter on stderr
+    try:
+        service = MemoryToolService(args.root, max_file_bytes=args.max_file_bytes,
+                                    secrets_guard=args.secrets_guard, agent_id=args.agent_id)
+    except (OSError, ValueError) as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 2
+    server = build_server(service)
+    try:
+        if args.transport == "stdio":
+            anyio.run(serve_stdio, server)
+        else:
+            import uvicorn
+
+            if not _is_loopback(args.host):
+                print(f"{PROG}: warning: serving {args.root} on {args.host} without "
+                      "authentication; anyone who can reach it can read and change it",
+                      file=sys.stderr)
+            print(f"{PROG}: serving {args.root} at http://{args.host}:{args.port}/mcp",
+                  file=sys.stderr)
+            uvicorn.run(http_app(server, args.host), host=args.host, port=args.port,
+                        log_level="warning")
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
