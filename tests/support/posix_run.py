@@ -180,7 +180,14 @@ _RESULT = re.compile(r"^(not )?ok (\d+)\b(.*)$")
 _HEADER = re.compile(r"^(\S+\.t) \.\.(?: (.*))?$")
 _DUBIOUS = re.compile(r"^Dubious, test returned (\d+)")
 _STATIC_PLAN = re.compile(r'echo "1\.\.(\d+)"')
-_LONG_NAME = re.compile(r"[0-9a-f]{40,}")  # namegen_max's 255-char names, shortened in messages
+_LONG_NAME = re.compile(r"[^\s']{100,}")  # NAME_MAX / PATH_MAX names, shortened in messages
+
+
+def _shorten(m: re.Match) -> str:
+    parts = m.group().count("/") + 1
+    return f"<{len(m.group())}-byte name>" if parts == 1 else \
+        f"<{len(m.group())}-byte path of {parts} names>"
+
 
 
 def static_plans(t_file: Path) -> list[int]:
@@ -247,7 +254,7 @@ def parse_prove(output: str, tests_dir: Path) -> list[FileResult]:
             ok = m.group(1) is None  # "not ok N # TODO …" is a failure; "ok N # TODO" a pass
             seen[n] = seen.get(n, True) and ok
             if not ok:
-                cur.messages[n] = _LONG_NAME.sub(lambda m: f"<{len(m.group())} chars>", line)
+                cur.messages[n] = _LONG_NAME.sub(_shorten, line)
             continue
         m = _DUBIOUS.match(line)
         if m:
