@@ -53,8 +53,6 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
                "AWS_DEFAULT_REGION": REGION}
 TIMEOUT_EXITS = {124, 128 + 9}  # timeout(1): TERM worked / KILL was needed
 
-log = logging.getLogger("posix")
-
 
 def default_src() -> Path:
     return Path(os.environ.get("PJDFSTEST_SRC") or REPO.parent / "shared" / "pjdfstest")
