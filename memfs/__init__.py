@@ -1,2 +1,17 @@
-"""memfs: persistent, shared, inspectable memory for Claude agents (FUSE over S3)."""
-__version__ = "0.1.0"
+"""memfs: persistent, shared, inspectable memory for Claude agents (FUSE over S3).
+
+``memfs.__version__`` is the installed distribution's version; pyproject.toml is its only source.
+"""
+
+from __future__ import annotations
+
+
+def __getattr__(name: str) -> str:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("memfs")
+        except PackageNotFoundError:  # a source tree on sys.path that was never installed
+            return "0+unknown"
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

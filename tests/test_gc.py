@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from memfs import gc, install
-from memfs.history import main_restore
-from memfs.locate import Target
+from memfs.cli import gc as gc_cli
+from memfs.cli.history import main_restore
+from memfs.ops import gc, install
+from memfs.ops.locate import Target
 from tests.conftest import BUCKET, memfs_cmd
 from tests.test_systemd import unit_settings
 
@@ -39,7 +40,7 @@ def keys(s3: Any) -> set[str]:
 def run_gc(capsys: pytest.CaptureFixture[str], endpoint: str, *argv: str, prefix: str = "p/",
            env: dict[str, str] | None = None) -> tuple[int, str, str]:
     args = [*argv, "--bucket", BUCKET, "--prefix", prefix, "--endpoint-url", endpoint]
-    rc = gc.main(args, env=env or {})
+    rc = gc_cli.main(args, env=env or {})
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -154,7 +155,7 @@ def test_deletes_in_batches_of_1000(s3, s3_reset) -> None:
         lambda params, **kw: batches.append(params["body"].count(b"<Key>")))
     stderr = io.StringIO()
     report = gc.run_gc(client, target, gc.parse_policies(["s/=1h"]), now=t0 + timedelta(hours=1),
-                       progress=gc.Progress(stderr, tty=False))
+                       progress=gc_cli.Progress(stderr, tty=False))
     assert batches == [1000, 1000, 1]
     assert report.policies[0].expired == 2001 and report.policies[0].bytes == 4002
     assert not keys(s3)
@@ -169,7 +170,7 @@ def test_deletes_in_batches_of_1000(s3, s3_reset) -> None:
 
 def test_progress_bar_on_a_terminal() -> None:
     out = io.StringIO()
-    p = gc.Progress(out, tty=True)
+    p = gc_cli.Progress(out, tty=True)
     p.start("deleting", 4)
     for _ in range(4):
         p.advance()
@@ -178,7 +179,7 @@ def test_progress_bar_on_a_terminal() -> None:
     assert text.startswith("\rmemfs gc: deleting [")
     assert "[" + "#" * 30 + "] 4/4" in text and text.endswith("\n")
     quiet = io.StringIO()
-    q = gc.Progress(quiet, tty=True, quiet=True)
+    q = gc_cli.Progress(quiet, tty=True, quiet=True)
     q.start("x", 1)
     q.advance()
     q.finish()
@@ -202,15 +203,15 @@ def test_policy_from_env_and_no_policy(s3, s3_reset, capsys) -> None:
     t0 = max(put(s3, k) for k in ("p/session/a.md", "p/scratch/b.md"))
     env = {"MEMFS_BUCKET": BUCKET, "MEMFS_PREFIX": "p", "MEMFS_ENDPOINT_URL": s3_reset,
            "MEMFS_EXPIRE": "session/=2h, scratch/=7d"}
-    rc = gc.main(["--now", at(t0, hours=3), "--quiet"], env=env)
+    rc = gc_cli.main(["--now", at(t0, hours=3), "--quiet"], env=env)
     out, err = capsys.readouterr()
     assert rc == 0 and err == ""
     assert keys(s3) == {"p/scratch/b.md"}
     # --policy replaces MEMFS_EXPIRE.
-    rc = gc.main(["--now", at(t0, days=8), "--policy", "other/=1h", "--quiet"], env=env)
+    rc = gc_cli.main(["--now", at(t0, days=8), "--policy", "other/=1h", "--quiet"], env=env)
     assert rc == 0 and keys(s3) == {"p/scratch/b.md"}
     capsys.readouterr()
-    rc = gc.main(["--now", at(t0, days=8)], env={**env, "MEMFS_EXPIRE": ""})
+    rc = gc_cli.main(["--now", at(t0, days=8)], env={**env, "MEMFS_EXPIRE": ""})
     out, err = capsys.readouterr()
     assert rc == 0 and "no expiry policy" in out and keys(s3) == {"p/scratch/b.md"}
 
@@ -231,7 +232,7 @@ def test_bad_policies_are_usage_errors(spec: str, text: str, s3_reset, capsys) -
 
 
 def test_s3_errors_are_one_line(s3_reset, capsys) -> None:
-    rc = gc.main(["--policy", "a/=1h", "--bucket", "no-such-bucket", "--endpoint-url", s3_reset,
+    rc = gc_cli.main(["--policy", "a/=1h", "--bucket", "no-such-bucket", "--endpoint-url", s3_reset,
                   "--quiet"], env={})
     _out, err = capsys.readouterr()
     assert rc == 1
@@ -244,7 +245,7 @@ def test_gc_through_a_mount(s3, mount_factory, capsys) -> None:
     (mnt / "session" / "old.md").write_text("bye")
     (mnt / "notes.md").write_text("stay")
     t0 = s3.head_object(Bucket=BUCKET, Key="tenant/session/old.md")["LastModified"]
-    rc = gc.main([str(mnt), "--policy", "session/=2h", "--now", at(t0, hours=3), "--quiet"],
+    rc = gc_cli.main([str(mnt), "--policy", "session/=2h", "--now", at(t0, hours=3), "--quiet"],
                  env={})
     out, err = capsys.readouterr()
     assert rc == 0, err
@@ -256,7 +257,7 @@ def test_gc_through_a_mount(s3, mount_factory, capsys) -> None:
     assert (mnt / "notes.md").read_text() == "stay"
     assert (mnt / "session").is_dir()  # the policy's own directory stays
     # A path inside the mount is not a mount root: policies are relative to the root.
-    rc = gc.main([str(mnt / "session"), "--policy", "session/=2h"], env={})
+    rc = gc_cli.main([str(mnt / "session"), "--policy", "session/=2h"], env={})
     assert rc == 2 and "give the mount itself" in capsys.readouterr().err
 
 

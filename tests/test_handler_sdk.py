@@ -15,8 +15,8 @@ import anthropic
 import pytest
 from anthropic.lib.tools import BetaAbstractMemoryTool
 
+from memfs.demo.stub_messages import StubMessagesServer
 from memfs.handler import MemoryTool
-from memfs.testing import StubMessagesServer
 
 MODEL = "claude-stub-model"
 

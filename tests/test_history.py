@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
-from memfs import history
+from memfs.cli.history import main_history, main_log, main_restore
 from memfs.handler import MemoryHandler
-from memfs.history import Version, main_history, main_log, main_restore
+from memfs.ops import history
+from memfs.ops.history import Version
 from tests.conftest import BUCKET, memfs_cmd
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from memfs import install
+from memfs.cli import install as install_cli
+from memfs.ops import install
 from tests.conftest import BUCKET, is_mounted
 from tests.systemd_helpers import REPO, NotifyListener, mount_entries
 
@@ -120,7 +121,7 @@ def test_env_example_documents_every_mount_flag() -> None:
 
 
 def test_installer_writes_unit_and_private_env_file(tmp_path: Path) -> None:
-    rc = install.main([
+    rc = install_cli.main([
         "--instance", "work", "--bucket", "my-bucket", "--mountpoint", "/memories",
         "--prefix", "agents/a b/", "--set", "AWS_PROFILE=memfs",
         "--unit-dir", str(tmp_path / "u"), "--env-dir", str(tmp_path / "e"), "--no-reload"])
@@ -141,20 +142,20 @@ def test_installer_writes_unit_and_private_env_file(tmp_path: Path) -> None:
 def test_installer_keeps_an_existing_env_file(tmp_path: Path, capsys) -> None:
     args = ["--instance", "x", "--bucket", "b1", "--mountpoint", "/m",
             "--unit-dir", str(tmp_path), "--env-dir", str(tmp_path), "--no-reload"]
-    assert install.main(args) == 0
+    assert install_cli.main(args) == 0
     before = (tmp_path / "x.env").read_text()
-    assert install.main([*args[:3], "b2", *args[4:]]) == 1
+    assert install_cli.main([*args[:3], "b2", *args[4:]]) == 1
     assert "exists" in capsys.readouterr().err
     assert (tmp_path / "x.env").read_text() == before
-    assert install.main([*args[:3], "b2", *args[4:], "--force"]) == 0
+    assert install_cli.main([*args[:3], "b2", *args[4:], "--force"]) == 0
     assert "MEMFS_BUCKET=b2" in (tmp_path / "x.env").read_text()
     # Re-installing only the unit (no settings) leaves the env file alone and succeeds.
-    assert install.main(["--instance", "x", "--unit-dir", str(tmp_path), "--env-dir",
+    assert install_cli.main(["--instance", "x", "--unit-dir", str(tmp_path), "--env-dir",
                          str(tmp_path), "--no-reload"]) == 0
 
 
 def test_installer_refuses_missing_required_settings(tmp_path: Path, capsys) -> None:
-    rc = install.main(["--instance", "x", "--bucket", "b", "--unit-dir", str(tmp_path),
+    rc = install_cli.main(["--instance", "x", "--bucket", "b", "--unit-dir", str(tmp_path),
                        "--env-dir", str(tmp_path), "--no-reload"])
     assert rc == 1
     assert "MEMFS_MOUNTPOINT" in capsys.readouterr().err

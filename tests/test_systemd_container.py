@@ -3,9 +3,9 @@
 One container boots per module (about a second once the rootfs exists; building the rootfs takes
 about a minute the first time, see ``systemd_helpers.ensure_rootfs``). Inside it: moto's S3 server
 on the container's own loopback (``--private-network``: nothing leaves the container), the unit
-and env files installed by ``python -m memfs.install`` exactly as an operator would, and the code
-under test bound read-only from this checkout. Every test starts from a reset S3 and stops every
-``memfs@*`` unit it started.
+and env files installed by ``python -m memfs install-unit`` exactly as an operator would, and the
+code under test bound read-only from this checkout. Every test starts from a reset S3 and stops
+every ``memfs@*`` unit it started.
 
 Nothing here skips: a host that cannot build or boot the container fails these tests with the
 reason.
@@ -57,7 +57,7 @@ def python_prefix() -> Path:
 
 
 def install_instance(box: Container, name: str, mountpoint: str, prefix: str = "") -> None:
-    args = ["-m", "memfs.install", "--instance", name, "--bucket", BUCKET,
+    args = ["-m", "memfs", "install-unit", "--instance", name, "--bucket", BUCKET,
             "--mountpoint", mountpoint, "--endpoint-url", MOTO, "--force",
             "--set", "MEMFS_LOG_LEVEL=debug", *CREDS]
     if prefix:

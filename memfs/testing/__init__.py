@@ -1,8 +1,1 @@
-"""Test helpers that other parts of memfs (tests, the demo) reuse.
-
-`StubMessagesServer` — a scripted Anthropic Messages API on loopback (see `stub_messages`).
-"""
-
-from memfs.testing.stub_messages import StubMessagesServer
-
-__all__ = ["StubMessagesServer"]
+"""Test harness modules (moving to tests/support/)."""

@@ -31,7 +31,7 @@ from anthropic.types.beta import (
 
 from memfs.handler import CommandError, MemoryHandler, MemoryTool
 from memfs.memory.async_tool import AsyncMemoryTool
-from memfs.testing import StubMessagesServer
+from memfs.demo.stub_messages import StubMessagesServer
 from tests.conftest import BUCKET
 
 MODEL = "claude-stub-model"

@@ -1,26 +1,12 @@
-"""``memfs demo``: an agent remembers across two sessions through S3, with nothing to configure.
+"""The demo's steps: S3 (embedded or the operator's bucket), two mounted sessions, the tour.
 
-What it does, printing every step:
-
-1. S3: with no configuration, starts moto's S3 server on 127.0.0.1 (a child process) and creates a
-   bucket; with ``MEMFS_BUCKET`` set (plus credentials from boto3's usual chain, and optionally
-   ``MEMFS_ENDPOINT_URL``/``MEMFS_REGION``/``MEMFS_PREFIX``) it uses that bucket instead, under a
-   fresh ``memfs-demo/<id>/`` prefix unless ``MEMFS_PREFIX`` is given.
-2. Session one: ``memfs mount`` on a temporary directory, then the real ``anthropic`` SDK's
-   ``tool_runner`` with :class:`memfs.handler.MemoryTool` talks to a scripted stand-in for the
-   Messages API on loopback (:mod:`memfs.testing.stub_messages`; no API key, no network). The
-   "model" stores facts with the memory tool. Then ``memfs umount``: nothing is left locally.
-3. Session two: a fresh mount, a new client and runner. The model looks in its memory, and its
-   final answer is composed from the tool results it actually received, so a failed recall shows.
-4. ``ls -la`` and ``cat`` of the memories, the S3 object keys, then unmount and clean up — or, with
-   ``--keep``, leave everything running and print how to explore and how to stop it.
-
-Exit status 0 only if every step worked.
+`Demo` owns the processes and places the demo makes (moto, mounts, a work directory) and takes
+them down again; `run` is the story's order; `demo` runs it, checks the recall, and ends with
+either the clean-up or, with ``keep``, how to explore and stop what was left running.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import shutil
@@ -29,13 +15,21 @@ import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from memfs.demo.story import (
+    USER_ONE,
+    USER_TWO,
+    describe_call,
+    indent,
+    session_one_turns,
+    session_two_turns,
+)
 
 DEMO_BUCKET = "memfs-demo"
 MODEL = "claude-demo-stub"
@@ -56,100 +50,6 @@ def say(text: str = "") -> None:
 def heading(text: str) -> None:
     say()
     say(f"── {text} " + "─" * max(0, WIDTH - len(text) - 4))
-
-
-def indent(text: str, prefix: str = "     ") -> str:
-    return textwrap.indent(text.rstrip("\n"), prefix, lambda _line: True)
-
-
-def describe_call(command: dict[str, Any]) -> str:
-    """``memory create /memories/a.md`` plus each other argument, long text on its own lines."""
-    name = command.get("command", "?")
-    path = command.get("path") or command.get("old_path") or ""
-    head = f"memory.{name} {path}".rstrip()
-    if name == "rename":
-        head += f" → {command.get('new_path')}"
-    lines = [head]
-    for key, value in command.items():
-        if key in ("command", "path", "old_path", "new_path"):
-            continue
-        if isinstance(value, str) and ("\n" in value or len(value) > 60):
-            lines.append(f"  {key}:")
-            lines.append(indent(value, "    │ "))
-        else:
-            lines.append(f"  {key}: {value!r}")
-    return "\n".join(lines)
-
-
-# --- the scripted conversations --------------------------------------------------------------
-
-USER_ONE = ("Hi! For future reference: I take my coffee black, I switched my editor from vim to "
-            "helix last week, and the project I care about right now is 'memfs', shipping Friday.")
-USER_TWO = "Remind me: how do I take my coffee, which editor do I use, and what am I shipping?"
-
-PREFS = "# User preferences\n- coffee: black\n- editor: vim\n"
-
-
-def session_one_turns() -> list[list[dict[str, Any]]]:
-    def mem(**command: Any) -> dict[str, Any]:
-        return {"type": "tool_use", "name": "memory", "input": command}
-
-    return [
-        [{"type": "text", "text": "Let me look at my memory directory first."},
-         mem(command="view", path="/memories")],
-        [{"type": "text", "text": "Nothing yet. I'll record your preferences and the project."},
-         mem(command="create", path="/memories/user/preferences.md", file_text=PREFS),
-         mem(command="create", path="/memories/projects/memfs.md",
-             file_text="# memfs\n- status: shipping Friday\n")],
-        [{"type": "text", "text": "You said you switched editors: let me fix that line."},
-         mem(command="str_replace", path="/memories/user/preferences.md",
-             old_str="- editor: vim", new_str="- editor: helix (switched from vim)")],
-        [{"type": "text", "text": "Noted: black coffee, helix, and memfs ships Friday. "
-                                  "I'll remember."}],
-    ]
-
-
-def _last_tool_results(body: dict[str, Any]) -> list[str]:
-    content = (body.get("messages") or [{}])[-1].get("content")
-    out = []
-    for block in content if isinstance(content, list) else []:
-        if isinstance(block, dict) and block.get("type") == "tool_result":
-            value = block.get("content")
-            if isinstance(value, list):
-                value = "".join(b.get("text", "") for b in value if isinstance(b, dict))
-            out.append(str(value))
-    return out
-
-
-def recall_answer(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The final turn of session two: answer only from what the memory tool returned."""
-    seen = "\n".join(_last_tool_results(body))
-    facts = {}
-    for line in seen.splitlines():
-        # view output lines look like "     3\t- editor: helix (switched from vim)"
-        text = line.split("\t", 1)[-1].strip()
-        for key in ("coffee", "editor", "status"):
-            if text.startswith(f"- {key}:"):
-                facts[key] = text.split(":", 1)[1].strip()
-    if len(facts) < 3:
-        answer = f"I could not find that in my memory (I saw: {seen[:200]!r})."
-    else:
-        answer = (f"From my memory: you take your coffee {facts['coffee']}, you use "
-                  f"{facts['editor']}, and memfs is {facts['status']}.")
-    return [{"type": "text", "text": answer}]
-
-
-def session_two_turns() -> list[Any]:
-    def mem(**command: Any) -> dict[str, Any]:
-        return {"type": "tool_use", "name": "memory", "input": command}
-
-    return [
-        [{"type": "text", "text": "Checking my memory before answering."},
-         mem(command="view", path="/memories")],
-        [mem(command="view", path="/memories/user/preferences.md"),
-         mem(command="view", path="/memories/projects/memfs.md")],
-        recall_answer,
-    ]
 
 
 # --- S3 and mounts ---------------------------------------------------------------------------
@@ -173,6 +73,8 @@ class Demo:
     own_prefix: bool = False
     mounted: list[Path] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    #: The operator's bucket, prefix, endpoint_url and region (a bucket: no embedded S3).
+    settings: Mapping[str, str | None] = field(default_factory=dict)
 
     @property
     def mountpoint(self) -> Path:
@@ -188,12 +90,12 @@ class Demo:
 
     # -- S3 --
     def start_s3(self) -> None:
-        bucket = os.environ.get("MEMFS_BUCKET")
+        bucket = self.settings.get("bucket")
         if bucket:
             self.bucket = bucket
-            self.endpoint = os.environ.get("MEMFS_ENDPOINT_URL") or None
-            self.region = os.environ.get("MEMFS_REGION") or None
-            self.prefix = os.environ.get("MEMFS_PREFIX", "")
+            self.endpoint = self.settings.get("endpoint_url") or None
+            self.region = self.settings.get("region") or None
+            self.prefix = self.settings.get("prefix") or ""
             if not self.prefix:
                 self.prefix = f"memfs-demo/{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}/"
                 self.own_prefix = True
@@ -289,8 +191,8 @@ class Demo:
         import anthropic
         from anthropic.lib.tools import ToolError
 
-        from memfs.handler import MemoryTool
-        from memfs.testing import StubMessagesServer
+        from memfs.demo.stub_messages import StubMessagesServer
+        from memfs.memory.sdk import MemoryTool
 
         class ShowingMemoryTool(MemoryTool):
             """The real tool, printing each call and its result as the runner makes them."""
@@ -395,17 +297,14 @@ def run(demo: Demo, check: Callable[[str], None]) -> None:
     demo.show_s3()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="memfs demo", description="Show an agent remembering across two sessions through "
-        "S3: embedded S3 server, stub Messages API, real anthropic SDK, real FUSE mount.")
-    parser.add_argument("--keep", action="store_true",
-                        help="leave the mount (and the embedded S3 server) running to explore")
-    args = parser.parse_args(argv)
-    if not os.environ.get("MEMFS_BUCKET"):
+def demo(keep: bool = False, settings: Mapping[str, str | None] | None = None) -> int:
+    """Run the demo; return 0 only if every step worked. `settings` (bucket, prefix,
+    endpoint_url, region) name the operator's bucket; without a bucket S3 is embedded."""
+    settings = dict(settings or {})
+    if not settings.get("bucket"):
         os.environ.pop("AWS_CA_BUNDLE", None)  # plain http to loopback; no CA bundle involved
     started = time.monotonic()
-    demo = Demo(keep=args.keep)
+    demo = Demo(keep=keep, settings=settings)
 
     def check(answer: str) -> None:
         for fact in ("black", "helix", "shipping Friday"):
@@ -423,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("memfs demo: interrupted", file=sys.stderr)
     finally:
-        if ok and args.keep:
+        if ok and keep:
             heading("Left running (--keep)")
             say(f"Mounted: {demo.mountpoint}")
             say(f"  ls -la {demo.mountpoint}/*   cat {demo.mountpoint}/user/preferences.md")
@@ -449,6 +348,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"Demo finished in {time.monotonic() - started:.1f} s.")
     return 0 if ok else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,21 +1,22 @@
 """Where a memfs mount's objects live, for the operator commands (history, restore, log, gc).
 
-Owns turning what an operator types into (bucket, prefix, endpoint, region, key path):
+Owns turning what an operator names into (bucket, prefix, endpoint, region, key path):
 
 * a path inside a live memfs mount: the mount is the innermost entry of /proc/self/mountinfo
   containing the path, with fstype ``fuse.memfs``; its root's xattr ``user.memfs.source`` holds
   ``{"bucket", "prefix", "endpoint_url", "region", "instance"}`` (JSON). A daemon without that
   xattr still names ``s3://BUCKET/PREFIX`` as the mount's source in mountinfo; then the endpoint
-  and region come from the flags or ``MEMFS_*``/boto3's chain.
-* otherwise ``--bucket/--prefix/--endpoint-url/--region`` (each also ``MEMFS_BUCKET`` etc.), and
-  the path is relative to the prefix (a leading ``/`` is ignored).
+  and region come from the settings given.
+* otherwise the settings given (bucket, prefix, endpoint_url, region), and the path is relative
+  to the prefix (a leading ``/`` is ignored).
 
-It also words S3 failures as the one line the commands print. Credentials are boto3's chain.
+Settings come in two layers: ``given`` (the operator said so: they must agree with a mount the
+path is on) and ``fallback`` (defaults, e.g. from ``MEMFS_*`` variables: a mount's own source wins
+over them). Credentials are boto3's chain.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from collections.abc import Mapping
@@ -23,22 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import botocore.exceptions
-
 from memfs.mount.config import ConfigError, normalize_prefix
 from memfs.mountinfo import MOUNTINFO, MountEntry, mount_entries
+from memfs.ops.errors import OpError
 from memfs.protocol import FSTYPE as MEMFS_FSTYPE
 from memfs.protocol import XATTR_SOURCE as SOURCE_XATTR
 
 SETTINGS = ("bucket", "prefix", "endpoint_url", "region")
 
 
-class LocateError(Exception):
-    """The target cannot be found; ``str()`` is the line for the user, ``code`` the exit code."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
+class LocateError(OpError):
+    """The target cannot be found."""
 
 
 @dataclass(frozen=True)
@@ -70,17 +66,6 @@ class Target:
         from memfs.store import make_client
 
         return make_client(self.endpoint_url, self.region)
-
-
-def add_target_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group(
-        "bucket (when PATH is not inside a memfs mount)",
-        "A path inside a mounted memfs directory names its bucket and prefix by itself.")
-    g.add_argument("--bucket", help="S3 bucket [MEMFS_BUCKET]")
-    g.add_argument("--prefix", help="key prefix of the memory tree [MEMFS_PREFIX]")
-    g.add_argument("--endpoint-url", help="S3 endpoint [MEMFS_ENDPOINT_URL; boto3 also reads "
-                   "AWS_ENDPOINT_URL_S3]")
-    g.add_argument("--region", help="S3 region [MEMFS_REGION]")
 
 
 def memfs_mount_of(path: str | os.PathLike[str], mountinfo: str = MOUNTINFO
@@ -123,22 +108,23 @@ def _source_from_mount(entry: MountEntry) -> dict[str, Any]:
 def _clean_rel(path: str) -> str:
     parts = [p for p in path.replace("\\", "/").split("/") if p and p != "."]
     if ".." in parts:
-        raise LocateError(f"{path!r}: '..' is not allowed in a path below the prefix", code=2)
+        raise LocateError(f"{path!r}: '..' is not allowed in a path below the prefix", usage=True)
     return "/".join(parts)
 
 
 def resolve(
     path: str | None,
-    args: argparse.Namespace | None = None,
-    env: Mapping[str, str] | None = None,
+    given: Mapping[str, str | None] | None = None,
+    fallback: Mapping[str, str | None] | None = None,
 ) -> Target:
-    """The target for `path` (None: the prefix itself) given the command's bucket flags.
+    """The target for `path` (None: the prefix itself).
 
-    A path inside a memfs mount wins over ``MEMFS_*`` variables; giving ``--bucket`` or
-    ``--prefix`` that disagree with that mount is a usage error (exit 2).
+    `given` and `fallback` map ``bucket``, ``prefix``, ``endpoint_url`` and ``region`` to values
+    (None: not set). A path inside a memfs mount wins over `fallback`; a `given` bucket or prefix
+    that disagrees with that mount is a usage error.
     """
-    env = os.environ if env is None else env
-    flags = {k: getattr(args, k, None) for k in SETTINGS} if args is not None else {}
+    flags = {k: v for k, v in (given or {}).items() if v is not None}
+    defaults = fallback or {}
     found = memfs_mount_of(path) if path is not None else None
     if found is not None:
         entry, rel = found
@@ -148,23 +134,23 @@ def resolve(
                 flags.get("prefix") is not None and _norm(flags["prefix"]) != prefix):
             raise LocateError(f"{path} is on the memfs mount {entry.mountpoint} of "
                               f"s3://{bucket}/{prefix}; drop --bucket/--prefix, or give a path "
-                              "relative to the prefix", code=2)
+                              "relative to the prefix", usage=True)
         return Target(
             bucket=bucket, prefix=prefix,
             endpoint_url=flags.get("endpoint_url") or src.get("endpoint_url")
-            or env.get("MEMFS_ENDPOINT_URL") or None,
-            region=flags.get("region") or src.get("region") or env.get("MEMFS_REGION") or None,
+            or defaults.get("endpoint_url") or None,
+            region=flags.get("region") or src.get("region") or defaults.get("region") or None,
             mountpoint=entry.mountpoint, rel=rel)
 
     def pick(name: str) -> str | None:
         value = flags.get(name)
-        return value if value is not None else env.get("MEMFS_" + name.upper()) or None
+        return value if value is not None else defaults.get(name) or None
 
     bucket = pick("bucket")
     if not bucket:
         where = f"{path} is not inside a memfs mount" if path is not None else "no mount given"
         raise LocateError(f"{where}: give a path inside a mounted memfs directory, or --bucket "
-                          "(and --prefix) / MEMFS_BUCKET", code=2)
+                          "(and --prefix) / MEMFS_BUCKET", usage=True)
     return Target(bucket=bucket, prefix=_norm(pick("prefix") or ""),
                   endpoint_url=pick("endpoint_url"), region=pick("region"),
                   rel=_clean_rel(path) if path is not None else "")
@@ -174,28 +160,4 @@ def _norm(prefix: str) -> str:
     try:
         return normalize_prefix(prefix)
     except ConfigError as exc:
-        raise LocateError(str(exc), code=2) from None
-
-
-def describe_s3_error(exc: Exception, bucket: str) -> str:
-    """One line for an S3 failure (never credentials, never a traceback)."""
-    if isinstance(exc, botocore.exceptions.ClientError):
-        err = exc.response.get("Error", {})
-        code = str(err.get("Code", ""))
-        if code in ("NoSuchBucket",):
-            return f"bucket {bucket} does not exist"
-        if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch",
-                    "ExpiredToken"):
-            return f"S3 refused access to bucket {bucket} ({code}): check the credentials"
-        op = exc.operation_name if hasattr(exc, "operation_name") else "request"
-        return f"S3 {op} failed: {code} {err.get('Message', '')}".rstrip()
-    if isinstance(exc, botocore.exceptions.NoCredentialsError):
-        return "no AWS credentials found (set AWS_PROFILE or AWS_ACCESS_KEY_ID/" \
-               "AWS_SECRET_ACCESS_KEY)"
-    if isinstance(exc, botocore.exceptions.EndpointConnectionError):
-        return f"cannot reach the S3 endpoint: {exc}"
-    return f"S3 request failed: {exc}"
-
-
-S3_ERRORS: tuple[type[Exception], ...] = (botocore.exceptions.BotoCoreError,
-                                          botocore.exceptions.ClientError)
+        raise LocateError(str(exc), usage=True) from None

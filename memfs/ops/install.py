@@ -1,24 +1,25 @@
 """Install the ``memfs@.service`` systemd template and an instance's env file.
 
-``memfs install-unit --instance NAME --bucket B --mountpoint M`` (also ``python -m memfs.install``)
+``install_unit()`` (behind ``memfs install-unit --instance NAME --bucket B --mountpoint M``)
 copies ``systemd/memfs@.service`` to ``/etc/systemd/system/`` with ``ExecStart`` rewritten to the
 memfs executable that runs the installer (normally the project's virtualenv, so the unit never
 depends on what ``$PATH`` holds at boot), writes ``/etc/memfs/NAME.env`` from
 ``systemd/memfs.env.example`` with the given values filled in (mode 0600: it may hold
 credentials), and runs ``systemctl daemon-reload`` when systemd is running. An existing env file
-is kept unless ``--force``: it is the operator's configuration.
+is kept unless ``force``: it is the operator's configuration. A library: ``memfs.cli.install``
+parses the command line and prints what was written.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from memfs.ops.errors import OpError
 
 UNIT_NAME = "memfs@.service"
 GC_UNIT_NAME = "memfs-gc@.service"
@@ -31,13 +32,13 @@ DEFAULT_ENV_DIR = Path("/etc/memfs")
 INSTANCE_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
 
-class InstallError(Exception):
-    """The install cannot be done; ``str()`` is the one line for the user."""
+class InstallError(OpError):
+    """The install cannot be done."""
 
 
 def systemd_dir() -> Path:
     """The repository's ``systemd/`` folder (source checkouts and editable installs)."""
-    here = Path(__file__).resolve().parent.parent / "systemd"
+    here = Path(__file__).resolve().parents[2] / "systemd"
     if not (here / UNIT_NAME).is_file():
         raise InstallError(f"cannot find {UNIT_NAME} next to the memfs package (looked in {here}); "
                            "install memfs from a source checkout")
@@ -156,63 +157,3 @@ def install_unit(
     if reload and systemd_running():
         subprocess.run(["systemctl", "daemon-reload"], check=False)
     return written
-
-
-def build_parser(prog: str = "memfs install-unit") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=prog, description="Install the memfs@.service systemd template and, with --instance, "
-        "/etc/memfs/INSTANCE.env; then `systemctl enable --now memfs@INSTANCE`.")
-    p.add_argument("--instance", help="instance name: memfs@NAME reads /etc/memfs/NAME.env")
-    p.add_argument("--bucket", help="MEMFS_BUCKET for the env file")
-    p.add_argument("--mountpoint", help="MEMFS_MOUNTPOINT for the env file, e.g. /memories")
-    p.add_argument("--prefix", help="MEMFS_PREFIX for the env file")
-    p.add_argument("--endpoint-url", help="MEMFS_ENDPOINT_URL for the env file")
-    p.add_argument("--region", help="MEMFS_REGION for the env file")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other variable for the env file (repeatable), "
-                   "e.g. --set AWS_PROFILE=memfs")
-    p.add_argument("--unit-dir", type=Path, default=DEFAULT_UNIT_DIR,
-                   help=f"where the unit goes (default {DEFAULT_UNIT_DIR})")
-    p.add_argument("--env-dir", type=Path, default=DEFAULT_ENV_DIR,
-                   help=f"where env files go (default {DEFAULT_ENV_DIR})")
-    p.add_argument("--memfs-bin", help="memfs executable for ExecStart "
-                   "(default: the one next to this Python)")
-    p.add_argument("--force", action="store_true", help="replace an existing env file")
-    p.add_argument("--no-reload", action="store_true", help="skip `systemctl daemon-reload`")
-    return p
-
-
-def main(argv: Sequence[str] | None = None, prog: str = "memfs install-unit") -> int:
-    args = build_parser(prog).parse_args(argv)
-    settings: dict[str, str] = {}
-    for flag in ("bucket", "mountpoint", "prefix", "endpoint_url", "region"):
-        value = getattr(args, flag)
-        if value is not None:
-            settings["MEMFS_" + flag.upper()] = value
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            print(f"{prog}: --set {item!r}: expected KEY=VALUE", file=sys.stderr)
-            return 2
-        settings[key] = value
-    if settings.get("MEMFS_MOUNTPOINT"):
-        settings["MEMFS_MOUNTPOINT"] = str(Path(settings["MEMFS_MOUNTPOINT"]).absolute())
-    exec_cmd = shlex.split(args.memfs_bin) if args.memfs_bin else None
-    try:
-        written = install_unit(args.instance, settings, unit_dir=args.unit_dir,
-                               env_dir=args.env_dir, exec_cmd=exec_cmd, force=args.force,
-                               reload=not args.no_reload)
-    except (InstallError, OSError) as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 1
-    for path in written:
-        print(f"wrote {path}")
-    name = args.instance or "NAME"
-    if not args.instance:
-        print(f"next: create {args.env_dir}/NAME.env (see systemd/{ENV_EXAMPLE})")
-    print(f"next: systemctl enable --now memfs@{name}   # logs: journalctl -u memfs@{name}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(prog="python -m memfs.install"))

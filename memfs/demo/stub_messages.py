@@ -37,6 +37,14 @@ Block = dict[str, Any]
 Turn = Sequence[Block] | Callable[[dict[str, Any]], Sequence[Block]]
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: many concurrent SDK clients (the async tool's
+    # tests run dozens of conversations on one loop) then see connection resets, which the SDK
+    # retries with back-off - slow and noisy. 128 is the kernel's usual somaxconn floor.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class StubMessagesServer:
     """Replays `turns` as successive `POST /v1/messages` replies on `127.0.0.1:<free port>`.
 
@@ -77,8 +85,7 @@ class StubMessagesServer:
             def do_POST(self) -> None:
                 stub._handle(self)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name="stub-messages")
         self._thread.start()

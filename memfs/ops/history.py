@@ -14,46 +14,37 @@ Owns reading a bucket's object versions and putting an old one back:
   first, from ListObjectVersions; one HEAD per change shown (bounded by ``--limit``) for
   writer/agent. Deletions carry no metadata in S3, so their writer is unknown.
 
-Without versioning on the bucket the commands say how to enable it and exit 1. Each ``main_*``
-takes the argv tail after the command word and returns the exit code (0 ok, 1 failed with one
-``memfs: ...`` line on stderr, 2 usage).
+Without versioning on the bucket they raise `HistoryError` saying how to enable it. A library:
+``memfs.cli.history`` parses the command lines and prints the tables.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import IO, Any
+from typing import Any
 
 import botocore.exceptions
 
-from memfs.locate import S3_ERRORS, LocateError, Target, add_target_arguments, describe_s3_error
-from memfs.locate import resolve as resolve_target
+from memfs.ops.errors import OpError
+from memfs.ops.locate import Target
 from memfs.protocol import META_AGENT as AGENT_META
 from memfs.protocol import META_MTIME
 from memfs.protocol import META_RESTORED_FROM as RESTORED_FROM_META
 from memfs.protocol import META_WRITER as WRITER_META
-from memfs.protocol import NAME as PROG
 
 HEAD_WORKERS = 8
 DEFAULT_HISTORY_LIMIT = 50
 DEFAULT_LOG_LIMIT = 200
 
 
-class HistoryError(Exception):
-    """The command cannot be done; ``str()`` is the line for the user, ``code`` the exit code."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
+class HistoryError(OpError):
+    """A history, restore or log that cannot be done."""
 
 
 @dataclass(frozen=True)
@@ -89,11 +80,17 @@ def versioning_status(client: Any, bucket: str) -> str | None:
         raise
 
 
-def require_versioning(client: Any, target: Target, err: IO[str] | None = None) -> None:
+Warn = Callable[[str], None]
+
+
+def require_versioning(client: Any, target: Target, warn: Warn | None = None) -> None:
+    """Raise `HistoryError` (saying how to enable it) unless the bucket keeps versions; tell
+    `warn` when versioning is suspended (older changes may be gone)."""
     status = versioning_status(client, target.bucket)
     if status == "Suspended":
-        print(f"{PROG}: warning: versioning is suspended on bucket {target.bucket}: writes since "
-              "then replaced the previous version instead of keeping it", file=err or sys.stderr)
+        if warn is not None:
+            warn(f"versioning is suspended on bucket {target.bucket}: writes since then "
+                 "replaced the previous version instead of keeping it")
         return
     if status != "Enabled":
         endpoint = f" --endpoint-url {target.endpoint_url}" if target.endpoint_url else ""
@@ -179,45 +176,20 @@ def with_metadata(client: Any, bucket: str, versions: Sequence[Version]) -> list
         return list(pool.map(lambda v: _head_meta(client, bucket, v), versions))
 
 
-# -- formatting -----------------------------------------------------------------------------------
+# -- times ---------------------------------------------------------------------------------------
 
 
 def fmt_time(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def fmt_size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "K", "M", "G"):
-        if size < 1024 or unit == "G":
-            return f"{int(size)}{unit}" if unit == "B" else f"{size:.1f}{unit}"
-        size /= 1024
-    return f"{n}B"
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Iterable[int] = ()
-          ) -> str:
-    right = set(right)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [c.rjust(w) if i in right else c.ljust(w)
-                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
-        return "  ".join(parts).rstrip()
-
-    return "\n".join([line(headers), *(line(r) for r in rows)])
-
-
 # -- history --------------------------------------------------------------------------------------
 
 
-def _file_target(path: str, args: argparse.Namespace) -> Target:
-    target = resolve_target(path, args)
+def require_file(target: Target, path: str) -> Target:
+    """`target` if it names a file below the prefix (history and restore work on files)."""
     if not target.rel:
-        raise HistoryError(f"{path} is the root of the memory tree; give a file path", code=2)
+        raise HistoryError(f"{path} is the root of the memory tree; give a file path", usage=True)
     return target
 
 
@@ -230,30 +202,15 @@ def _not_a_file(client: Any, target: Target) -> HistoryError:
                         "(never written since versioning was enabled?)")
 
 
-def history(client: Any, target: Target, *, limit: int = DEFAULT_HISTORY_LIMIT
-            ) -> tuple[list[Version], int]:
+def history(client: Any, target: Target, *, limit: int = DEFAULT_HISTORY_LIMIT,
+            warn: Warn | None = None) -> tuple[list[Version], int]:
     """The file's versions newest first with writer/agent (at most `limit`), and how many more."""
-    require_versioning(client, target)
+    require_versioning(client, target, warn)
     entries = key_history(client, target.bucket, target.key)
     if not entries:
         raise _not_a_file(client, target)
     shown = with_metadata(client, target.bucket, entries[:limit])
     return shown, len(entries) - len(shown)
-
-
-def render_history(target: Target, versions: Sequence[Version], more: int) -> str:
-    rows = []
-    for i, v in enumerate(versions):
-        note = "deleted" if v.deleted else ("current" if i == 0 and v.latest else "")
-        if v.restored_from and not v.deleted:
-            note = (note + ", " if note else "") + f"restored from {v.restored_from}"
-        rows.append([fmt_time(v.time), "(deleted)" if v.deleted else fmt_size(v.size),
-                     "-" if v.deleted else (v.writer or "?"), v.agent or "-", v.version_id, note])
-    out = [f"{target.display(target.rel)}  ({target.url})",
-           table(["TIME (UTC)", "SIZE", "WRITER", "AGENT", "VERSION", ""], rows, right=[1])]
-    if more:
-        out.append(f"... {more} older version(s) not shown (--limit)")
-    return "\n".join(out)
 
 
 # -- restore --------------------------------------------------------------------------------------
@@ -283,9 +240,10 @@ def pick_version(entries: Sequence[Version], version_id: str | None, display: st
 
 
 def restore(client: Any, target: Target, version_id: str | None = None, *,
-            writer: str | None = None, now: Callable[[], float] = time.time) -> Restored:
+            writer: str | None = None, now: Callable[[], float] = time.time,
+            warn: Warn | None = None) -> Restored:
     """Copy a version of the target file onto its key (server side); return what was done."""
-    require_versioning(client, target)
+    require_versioning(client, target, warn)
     display = target.display(target.rel)
     entries = key_history(client, target.bucket, target.key)
     if not entries:
@@ -342,7 +300,7 @@ def parse_since(text: str, now: datetime) -> datetime:
         t = datetime.fromisoformat(text.strip())
     except ValueError:
         raise HistoryError(f"--since {text!r}: give an age like 30m, 24h, 7d, or an ISO time "
-                           "like 2025-01-31 or 2025-01-31T09:00Z", code=2) from None
+                           "like 2025-01-31 or 2025-01-31T09:00Z", usage=True) from None
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t
 
 
@@ -365,14 +323,14 @@ def classify(entries: Sequence[Version], rel_of: Callable[[str], str]) -> list[C
     return out
 
 
-def changes(client: Any, target: Target, since: datetime, *, limit: int = DEFAULT_LOG_LIMIT
-            ) -> tuple[list[Change], int]:
+def changes(client: Any, target: Target, since: datetime, *, limit: int = DEFAULT_LOG_LIMIT,
+            warn: Warn | None = None) -> tuple[list[Change], int]:
     """Changes under the target since `since`, newest first (at most `limit`), and how many more.
 
     One ListObjectVersions pass over the target (all history must be listed: S3 cannot filter
     by time), then one HEAD per write shown, for its writer and agent.
     """
-    require_versioning(client, target)
+    require_versioning(client, target, warn)
     base = target.key
     by_key: dict[str, list[Version]] = {}
     for v in _list_versions(client, target.bucket, base):  # a file, or a directory's keys
@@ -392,140 +350,3 @@ def changes(client: Any, target: Target, since: datetime, *, limit: int = DEFAUL
         action = "restored" if v.restored_from and c.action in ("created", "edited") else c.action
         out.append(Change(c.path, action, v))
     return out, more
-
-
-def render_log(target: Target, since: datetime, found: Sequence[Change], more: int) -> str:
-    head = f"changes in {target.url} since {fmt_time(since)}"
-    if not found:
-        return head + ": none"
-    rows = [[fmt_time(c.version.time), c.action, fmt_size(c.version.size),
-             target.display(c.path), "-" if c.version.deleted else (c.version.writer or "?"),
-             c.version.agent or "-", c.version.version_id] for c in found]
-    out = [head, table(["TIME (UTC)", "ACTION", "SIZE", "PATH", "WRITER", "AGENT", "VERSION"],
-                       rows, right=[2])]
-    if more:
-        out.append(f"... {more} older change(s) not shown (--limit, or a later --since)")
-    return "\n".join(out)
-
-
-# -- command lines --------------------------------------------------------------------------------
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # one usage line, exit code 2 returned, not raised
-        raise HistoryError(f"{self.prog}: {message}", code=2)
-
-
-def _run(body: Callable[[], int]) -> int:
-    try:
-        return body()
-    except (HistoryError, LocateError) as exc:
-        msg = str(exc)
-        print(msg if msg.startswith(PROG) else f"{PROG}: {msg}", file=sys.stderr)
-        return exc.code
-    except S3_ERRORS as exc:
-        print(f"{PROG}: {describe_s3_error(exc, '?')}", file=sys.stderr)
-        return 1
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
-
-
-def _history_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=f"{PROG} history", description="List a memory file's versions, newest "
-                "first (needs S3 versioning on the bucket).")
-    p.add_argument("path", help="file inside a memfs mount (or below --prefix)")
-    p.add_argument("--limit", type=int, default=DEFAULT_HISTORY_LIMIT,
-                   help=f"show at most N versions (default {DEFAULT_HISTORY_LIMIT})")
-    p.add_argument("--json", action="store_true", help="print a JSON array")
-    add_target_arguments(p)
-    return p
-
-
-def main_history(argv: Sequence[str]) -> int:
-    """``memfs history PATH [--limit N] [--json] [--bucket ...]``."""
-    def body() -> int:
-        args = _history_parser().parse_args(list(argv))
-        target = _file_target(args.path, args)
-        client = target.client()
-        try:
-            versions, more = history(client, target, limit=max(1, args.limit))
-        except S3_ERRORS as exc:
-            raise HistoryError(describe_s3_error(exc, target.bucket)) from None
-        if args.json:
-            print(json.dumps([v.as_json() for v in versions], indent=1))
-        else:
-            print(render_history(target, versions, more))
-        return 0
-
-    return _run(body)
-
-
-def _restore_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=f"{PROG} restore", description="Make an earlier version of a memory file "
-                "its current version again (a server-side copy: itself a new version).")
-    p.add_argument("path", help="file inside a memfs mount (or below --prefix)")
-    p.add_argument("--version", metavar="ID", help="version id from memfs history (default: the "
-                   "newest earlier version that is not a deletion)")
-    add_target_arguments(p)
-    return p
-
-
-def main_restore(argv: Sequence[str]) -> int:
-    """``memfs restore PATH [--version ID] [--bucket ...]``."""
-    def body() -> int:
-        args = _restore_parser().parse_args(list(argv))
-        target = _file_target(args.path, args)
-        client = target.client()
-        try:
-            done = restore(client, target, args.version)
-        except S3_ERRORS as exc:
-            raise HistoryError(describe_s3_error(exc, target.bucket)) from None
-        display = target.display(target.rel)
-        if done.noop:
-            print(f"{display}: version {done.source.version_id} is already the current version; "
-                  "nothing to do")
-        else:
-            print(f"restored {display} to version {done.source.version_id} (written "
-                  f"{fmt_time(done.source.time)}); new current version {done.new_version_id}")
-            if target.mountpoint is not None:
-                print("(mounts show it within their --metadata-ttl)")
-        return 0
-
-    return _run(body)
-
-
-def _log_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=f"{PROG} log", description="Recent writes and deletions under a memfs "
-                "mount's prefix, newest first, with writer and agent (needs S3 versioning).")
-    p.add_argument("path", nargs="?", help="a memfs mount, or a directory or file inside one "
-                   "(default with --bucket: the whole prefix)")
-    p.add_argument("--since", default="24h", help="an age (30m, 24h, 7d, 2w) or an ISO time, "
-                   "UTC unless it has an offset (default 24h)")
-    p.add_argument("--limit", type=int, default=DEFAULT_LOG_LIMIT,
-                   help=f"show at most N changes, newest first (default {DEFAULT_LOG_LIMIT}); "
-                   "each costs one HEAD for its writer")
-    p.add_argument("--json", action="store_true", help="print a JSON array")
-    p.add_argument("--now", help=argparse.SUPPRESS)  # tests: the clock --since counts back from
-    add_target_arguments(p)
-    return p
-
-
-def main_log(argv: Sequence[str]) -> int:
-    """``memfs log [PATH] [--since 24h|ISO] [--limit N] [--json] [--bucket ...]``."""
-    def body() -> int:
-        args = _log_parser().parse_args(list(argv))
-        target = resolve_target(args.path, args)
-        now = parse_since(args.now, datetime.now(UTC)) if args.now else datetime.now(UTC)
-        since = parse_since(args.since, now)
-        client = target.client()
-        try:
-            found, more = changes(client, target, since, limit=max(1, args.limit))
-        except S3_ERRORS as exc:
-            raise HistoryError(describe_s3_error(exc, target.bucket)) from None
-        if args.json:
-            print(json.dumps([c.as_json() for c in found], indent=1))
-        else:
-            print(render_log(target, since, found, more))
-        return 0
-
-    return _run(body)

@@ -19,45 +19,35 @@ scratch/=7d"``; no policy: keep everything), deciding what expired, deleting it,
   expires noncurrent versions; the report says so.
 * Expiry by last access is not implemented (the mount does not record access times).
 
-``main(argv)`` takes the argv tail after ``gc`` and returns the exit code (0 ok, 1 failed with
-one ``memfs: ...`` line, 2 usage). Progress goes to stderr: a redrawn bar on a terminal, plain
-lines otherwise. The clock is injectable (``run_gc(now=...)``, hidden ``--now ISO``) for tests.
+A library: ``run_gc`` reports progress to a `Progress` (this module's reports nothing; the
+command line draws it on stderr) and returns a `GcReport`; ``memfs.cli.gc`` parses and prints.
+The clock is injectable (``run_gc(now=...)``) for tests.
 """
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import contextlib
-import json
-import os
 import re
-import sys
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import IO, Any
+from typing import Any
 
 import botocore.exceptions
 
-from memfs.history import fmt_size, fmt_time, parse_duration, table, versioning_status
-from memfs.locate import S3_ERRORS, LocateError, Target, add_target_arguments, describe_s3_error
-from memfs.locate import resolve as resolve_target
+from memfs.ops.errors import S3_ERRORS, OpError
+from memfs.ops.history import fmt_time, parse_duration, versioning_status
+from memfs.ops.locate import Target
 from memfs.protocol import META_MTIME
-from memfs.protocol import NAME as PROG
 
 DELETE_BATCH = 1000
 HEAD_WORKERS = 8
 
 
-class GcError(Exception):
-    """``str()`` is the line for the user, ``code`` the exit code."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
+class GcError(OpError):
+    """A policy that cannot work, or an expiry run that cannot be done."""
 
 
 # -- policies -------------------------------------------------------------------------------------
@@ -79,18 +69,18 @@ def parse_policy(spec: str) -> Policy:
     subtree, sep, age_text = spec.strip().rpartition("=")
     if not sep or not subtree.strip():
         raise GcError(f"policy {spec!r}: expected SUBTREE=AGE, e.g. session/=2h or scratch/=7d",
-                      code=2)
+                      usage=True)
     age = parse_duration(age_text)
     if age is None or age <= timedelta(0):
         raise GcError(f"policy {spec!r}: the age must be a positive number with s, m, h, d or w "
-                      "(e.g. 2h, 7d)", code=2)
+                      "(e.g. 2h, 7d)", usage=True)
     raw = subtree.strip()
     parts = [p for p in raw.split("/") if p]
     if any(p in (".", "..") for p in parts) or "\\" in raw or "\0" in raw:
         raise GcError(f"policy {spec!r}: the subtree must be a plain path below the prefix",
-                      code=2)
+                      usage=True)
     if not parts and raw != "/":
-        raise GcError(f"policy {spec!r}: empty subtree (write / for the whole prefix)", code=2)
+        raise GcError(f"policy {spec!r}: empty subtree (write / for the whole prefix)", usage=True)
     return Policy("".join(p + "/" for p in parts), age, age_text.strip().lower())
 
 
@@ -102,7 +92,7 @@ def parse_policies(specs: Iterable[str]) -> list[Policy]:
                 continue
             p = parse_policy(item)
             if p.subtree in policies:
-                raise GcError(f"two policies for {p.label}", code=2)
+                raise GcError(f"two policies for {p.label}", usage=True)
             policies[p.subtree] = p
     return sorted(policies.values(), key=lambda p: p.subtree)
 
@@ -120,59 +110,17 @@ def policy_for(rel: str, policies: Sequence[Policy]) -> Policy | None:
 
 
 class Progress:
-    """Progress on stderr: a bar redrawn in place on a terminal, a line per step otherwise."""
-
-    def __init__(self, stream: IO[str] | None = None, *, tty: bool | None = None,
-                 quiet: bool = False) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = self.stream.isatty() if tty is None else tty
-        self.quiet = quiet
-        self.phase, self.total, self.done, self._drawn = "", 0, 0, 0.0
-        self._every = 1000
+    """Where ``run_gc`` reports its phases (listing, checking, deleting) and steps; this one
+    reports nothing."""
 
     def start(self, phase: str, total: int | None = None) -> None:
-        self.finish()
-        self.phase, self.total, self.done = phase, total or 0, 0
-        if not self.tty:
-            self._line(f"{phase}" + (f": {self.total:,}" if total is not None else ""))
-        else:
-            self._draw(force=True)
+        """A new phase begins, of `total` steps if known."""
 
     def advance(self, n: int = 1) -> None:
-        before, self.done = self.done, self.done + n
-        if self.tty:
-            self._draw()
-        elif (before // self._every != self.done // self._every
-              or (self.total and before < self.total <= self.done)):
-            of = f" of {self.total:,}" if self.total else ""
-            self._line(f"{self.phase}: {self.done:,}{of}")
+        """`n` more steps of the phase are done."""
 
     def finish(self) -> None:
-        if self.phase and self.tty and not self.quiet:
-            self._draw(force=True)
-            self.stream.write("\n")
-            self.stream.flush()
-        self.phase = ""
-
-    def _line(self, text: str) -> None:
-        if not self.quiet:
-            print(f"{PROG} gc: {text}", file=self.stream, flush=True)
-
-    def _draw(self, force: bool = False) -> None:
-        if self.quiet:
-            return
-        now = time.monotonic()
-        if not force and now - self._drawn < 0.1:
-            return
-        self._drawn = now
-        if self.total:
-            width = 30
-            filled = min(width, width * self.done // self.total)
-            bar = f"[{'#' * filled}{'.' * (width - filled)}] {self.done:,}/{self.total:,}"
-        else:
-            bar = f"{self.done:,}"
-        self.stream.write(f"\r{PROG} gc: {self.phase} {bar}\x1b[K")
-        self.stream.flush()
+        """The run is over (also after a failure)."""
 
 
 # -- planning and deleting ------------------------------------------------------------------------
@@ -260,7 +208,7 @@ def run_gc(
 ) -> GcReport:
     """Apply `policies` under the target's prefix as of `now`; return what was (or would be)
     done."""
-    progress = progress or Progress(quiet=True)
+    progress = progress or Progress()
     prefix = target.prefix
     reports = {p.subtree: PolicyReport(p) for p in policies}
     report = GcReport(target, now, dry_run, list(reports.values()))
@@ -340,113 +288,3 @@ def run_gc(
     except S3_ERRORS:
         report.versioned = False
     return report
-
-
-def render(report: GcReport, *, list_paths: bool = False) -> str:
-    t = report.target
-    head = f"{PROG} gc: s3://{t.bucket}/{t.prefix} as of {fmt_time(report.now)}"
-    if report.dry_run:
-        head += " (dry run: nothing was deleted)"
-    rows, total = [], [0, 0, 0, 0]
-    for r in report.policies:
-        rows.append([r.policy.label, r.policy.age_text, f"{r.scanned:,}", f"{r.expired:,}",
-                     fmt_size(r.bytes), f"{r.dirs:,}"])
-        for i, n in enumerate((r.scanned, r.expired, r.bytes, r.dirs)):
-            total[i] += n
-    if len(rows) > 1:
-        rows.append(["total", "", f"{total[0]:,}", f"{total[1]:,}", fmt_size(total[2]),
-                     f"{total[3]:,}"])
-    verb = "would expire" if report.dry_run else "expired"
-    out = [head, table(["POLICY", "MAX AGE", "FILES", verb.upper(),
-                        "WOULD FREE" if report.dry_run else "FREED", "DIRS"],
-                       rows, right=[2, 3, 4, 5])]
-    if list_paths:
-        for r in report.policies:
-            out += [f"{verb}: {t.display(p)}" for p in r.paths]
-    if report.versioned and total[1]:
-        out.append(f"note: bucket {t.bucket} is versioned: the expired files remain as noncurrent "
-                   "versions (memfs restore brings one back) until a lifecycle rule expires "
-                   "noncurrent versions, so the bytes are not freed yet")
-    for key, reason in report.failed[:10]:
-        out.append(f"failed: {key}: {reason}")
-    return "\n".join(out)
-
-
-# -- command line ---------------------------------------------------------------------------------
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:
-        raise GcError(f"{self.prog}: {message}", code=2)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=f"{PROG} gc", description="Delete memories not modified for longer than "
-                "their subtree's expiry policy. Without a policy nothing expires.")
-    p.add_argument("mount", nargs="?", help="a memfs mount (any path inside it); policies are "
-                   "relative to its root. Default: --bucket/--prefix or MEMFS_BUCKET/MEMFS_PREFIX")
-    p.add_argument("--policy", action="append", default=[], metavar="SUBTREE=AGE",
-                   help="expire files under SUBTREE not modified for AGE (s, m, h, d, w), e.g. "
-                   "session/=2h; repeatable; replaces MEMFS_EXPIRE (e.g. "
-                   "MEMFS_EXPIRE='session/=2h,scratch/=7d')")
-    p.add_argument("--dry-run", action="store_true", help="report what would expire; delete "
-                   "nothing")
-    p.add_argument("--list", action="store_true", help="also print every expired path")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("--now", help=argparse.SUPPRESS)  # tests: the clock ages are counted from
-    add_target_arguments(p)
-    return p
-
-
-def _parse_now(text: str | None) -> datetime:
-    if not text:
-        return datetime.now(UTC)
-    try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        raise GcError(f"--now {text!r} is not an ISO time", code=2) from None
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
-
-
-def main(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-         stderr: IO[str] | None = None) -> int:
-    """``memfs gc [MOUNT] [--policy SUBTREE=AGE ...] [--dry-run] [--list] [--json] [--quiet]``."""
-    env = os.environ if env is None else env
-    err = stderr if stderr is not None else sys.stderr
-    try:
-        args = build_parser().parse_args(list(argv))
-        specs = args.policy or ([env["MEMFS_EXPIRE"]] if env.get("MEMFS_EXPIRE") else [])
-        policies = parse_policies(specs)
-        now = _parse_now(args.now)
-        target = resolve_target(args.mount, args, env)
-        if target.rel:
-            raise GcError(f"{args.mount} is inside the mount {target.mountpoint}: give the mount "
-                          "itself (policies are relative to its root)", code=2)
-        if not policies:
-            print(f"{PROG} gc: no expiry policy (give --policy SUBTREE=AGE or set MEMFS_EXPIRE); "
-                  "nothing expires")
-            return 0
-        client = target.client()
-        progress = Progress(err, quiet=args.quiet)
-        try:
-            report = run_gc(client, target, policies, now=now, dry_run=args.dry_run,
-                            progress=progress)
-        except S3_ERRORS as exc:
-            progress.finish()
-            raise GcError(describe_s3_error(exc, target.bucket)) from None
-    except (GcError, LocateError) as exc:
-        msg = str(exc)
-        print(msg if msg.startswith(PROG) else f"{PROG}: {msg}", file=err)
-        return exc.code
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
-    if args.json:
-        print(json.dumps(report.as_json(), indent=1))
-    else:
-        print(render(report, list_paths=args.list))
-    if report.failed:
-        print(f"{PROG}: {len(report.failed)} object(s) could not be deleted (first: "
-              f"{report.failed[0][0]}: {report.failed[0][1]})", file=err)
-        return 1
-    return 0

@@ -1,0 +1,27 @@
+"""``memfs demo``: an agent remembering across two sessions through S3 (``memfs.demo``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from memfs.cli.base import Context, add_bucket_options, command
+from memfs.ops.locate import SETTINGS
+
+
+def register(sub: Any) -> None:
+    d = command(sub, "demo", cmd_demo,
+                help="show an agent remembering across two sessions through S3",
+                description="Show an agent remembering across two sessions through S3: embedded "
+                "S3 server, stub Messages API, real anthropic SDK, real FUSE mount.")
+    d.add_argument("--keep", action="store_true",
+                   help="leave the mount (and the embedded S3 server) running to explore")
+    add_bucket_options(d.add_argument_group(
+        "your own bucket", "Without a bucket the demo starts an embedded S3 server (moto)."))
+
+
+def cmd_demo(args: argparse.Namespace, ctx: Context) -> int:
+    from memfs.demo.run import demo
+
+    assert ctx.twins is not None
+    return demo(args.keep, {dest: ctx.twins.pick(args, dest) for dest in SETTINGS})

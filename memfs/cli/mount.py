@@ -1,0 +1,240 @@
+"""``memfs mount``, ``memfs umount`` and ``memfs df``: starting, stopping and sizing up a mount.
+
+``mount`` turns its options (each with its ``MEMFS_*`` twin) into a ``MountConfig`` and runs the
+daemon (``memfs.mount.daemon``, imported only here and only when mounting): in the foreground, or
+detached, returning once the daemon reports the mount live (or one line saying why not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from memfs.cli.base import (
+    PROG,
+    Context,
+    Twins,
+    UsageError,
+    add_bucket_options,
+    command,
+    option,
+)
+from memfs.mount.config import ConfigError, MountConfig
+from memfs.protocol import XATTR_USAGE
+
+SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def register(sub: Any) -> None:
+    m = command(sub, "mount", cmd_mount, help="mount a bucket prefix on a directory",
+                description="Mount s3://BUCKET/PREFIX on MOUNTPOINT. Each flag can also be set "
+                "as MEMFS_<FLAG> (e.g. MEMFS_BUCKET).")
+    option(m, "mountpoint", nargs="?", env=True, help="empty directory to mount on")
+    add_bucket_options(m)
+    option(m, "--foreground", action="store_true", default=None, env=True,
+           help="stay in the foreground (for systemd)")
+    option(m, "--read-only", action="store_true", default=None, env=True,
+           help="refuse every change with EROFS")
+    option(m, "--metadata-ttl", metavar="SECONDS", env=True,
+           help="how long listings and attributes are trusted before asking S3 again; changes "
+           "made elsewhere show within this time (default 1)")
+    option(m, "--cache-dir", metavar="DIR", env=True,
+           help="where the background daemon keeps its log (default ~/.cache/memfs)")
+    option(m, "--uid", env=True, help="owner shown for objects without uid metadata")
+    option(m, "--gid", env=True, help="group shown for objects without gid metadata")
+    option(m, "--allow-other", action="store_true", default=None, env=True,
+           help="let other users enter the mount (needs user_allow_other in /etc/fuse.conf for "
+           "non-root)")
+    option(m, "--s3-attempts", metavar="N", env=True,
+           help="attempts per S3 request, retries included (default 3)")
+    option(m, "--s3-timeout", metavar="SECONDS", env=True,
+           help="connect and read timeout per S3 attempt (default 5 to connect, 30 to read); "
+           "with --s3-attempts it bounds how long an operation waits for a dead endpoint "
+           "before EIO")
+    option(m, "--instance", env=True, help="name recorded as this mount in every object's "
+           "writer metadata (default: the mountpoint)")
+    option(m, "--read-only-paths", metavar="DIR,DIR", env=True,
+           help="comma-separated subtrees (e.g. policies,pinned) that refuse changes with "
+           "EROFS; edit them through another mount")
+    option(m, "--max-file-size", metavar="SIZE", env=True,
+           help="largest file (bytes, or with K/M/G); bigger writes fail with EFBIG")
+    option(m, "--max-total-bytes", metavar="SIZE", env=True,
+           help="quota on all bytes under the prefix; EDQUOT past it")
+    option(m, "--max-files", metavar="N", env=True,
+           help="quota on the number of files under the prefix; EDQUOT past it")
+    option(m, "--log-level", env=True, help="debug, info, warning or error (default info)")
+
+    u = command(sub, "umount", cmd_umount, help="flush and unmount")
+    u.add_argument("mountpoint")
+
+    df = command(sub, "df", cmd_df, help="usage of a mount against its quotas")
+    df.add_argument("mountpoint")
+
+
+def _number(kind: type, flag: str, value: str | None) -> float | int | None:
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise UsageError(f"{flag}: {value!r} is not a valid {kind.__name__}") from None
+
+
+def _size(flag: str, value: str | None) -> int | None:
+    """``"1048576"``, ``"512K"``, ``"10M"``, ``"2G"`` → bytes."""
+    if value is None:
+        return None
+    text = value.strip().upper().removesuffix("B").removesuffix("I")
+    unit = text[-1:] if text[-1:] in SIZE_UNITS else ""
+    number = text[: len(text) - len(unit)]
+    if not number.isdigit():
+        raise UsageError(f"{flag}: {value!r} is not a size (bytes, or a number with K, M or G)")
+    return int(number) * SIZE_UNITS[unit]
+
+
+def mount_config(args: argparse.Namespace, twins: Twins) -> MountConfig:
+    def pick(dest: str) -> Any:
+        return twins.pick(args, dest)
+
+    mountpoint = pick("mountpoint")
+    if not mountpoint:
+        raise UsageError("no mountpoint: give MOUNTPOINT or set MEMFS_MOUNTPOINT")
+    kwargs: dict[str, Any] = {}
+    attempts = _number(int, "--s3-attempts", pick("s3_attempts"))
+    timeout = _number(float, "--s3-timeout", pick("s3_timeout"))
+    if attempts is not None:
+        kwargs["max_attempts"] = attempts
+    if timeout is not None:
+        kwargs["connect_timeout"] = kwargs["read_timeout"] = timeout
+    for name, value in (
+            ("max_file_size", _size("--max-file-size", pick("max_file_size"))),
+            ("max_total_bytes", _size("--max-total-bytes", pick("max_total_bytes"))),
+            ("max_files", _number(int, "--max-files", pick("max_files"))),
+            ("metadata_ttl", _number(float, "--metadata-ttl", pick("metadata_ttl"))),
+            ("uid", _number(int, "--uid", pick("uid"))),
+            ("gid", _number(int, "--gid", pick("gid")))):
+        if value is not None:
+            kwargs[name] = value
+    read_only_paths = pick("read_only_paths")
+    if read_only_paths:
+        kwargs["read_only_paths"] = tuple(p for p in read_only_paths.split(",") if p.strip())
+    if instance := pick("instance"):
+        kwargs["instance"] = instance
+    cache_dir = pick("cache_dir")
+    return MountConfig(
+        mountpoint=Path(mountpoint).absolute(),
+        bucket=pick("bucket") or "",
+        prefix=pick("prefix") or "",
+        endpoint_url=pick("endpoint_url") or None,
+        region=pick("region") or None,
+        foreground=bool(pick("foreground")),
+        read_only=bool(pick("read_only")),
+        cache_dir=Path(cache_dir) if cache_dir else None,
+        allow_other=bool(pick("allow_other")),
+        log_level=(pick("log_level") or "info").lower(),
+        **kwargs,
+    )
+
+
+def setup_logging(level: str) -> None:
+    # Under systemd the journal stamps each line itself.
+    fmt = "%(levelname)s %(name)s: %(message)s"
+    if not os.environ.get("JOURNAL_STREAM"):
+        fmt = "%(asctime)s " + fmt
+    logging.basicConfig(level=level.upper(), format=fmt, stream=sys.stderr, force=True)
+    # botocore's debug output includes signed headers: never let credentials reach a log.
+    # pyfuse3's debug output is a line per worker-task start and stop: noise, not diagnosis.
+    for noisy in ("botocore", "boto3", "urllib3", "s3transfer", "pyfuse3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def cmd_mount(args: argparse.Namespace, ctx: Context) -> int:
+    from memfs.mount import daemon
+
+    assert ctx.twins is not None
+    try:
+        config = mount_config(args, ctx.twins)
+    except ConfigError as exc:
+        return ctx.fail(str(exc), 2)
+    if not config.foreground:
+        return _mount_in_background(config, ctx)
+    setup_logging(config.log_level)
+    try:
+        return daemon.run(config)
+    except daemon.MountError as exc:
+        return ctx.fail(str(exc))
+
+
+def _log_path(config: MountConfig) -> Path:
+    base = config.cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / PROG
+    base.mkdir(parents=True, exist_ok=True)
+    tag = hashlib.sha256(str(config.mountpoint).encode()).hexdigest()[:12]
+    return base / f"mount-{tag}.log"
+
+
+def _mount_in_background(config: MountConfig, ctx: Context) -> int:
+    """Start the daemon detached and return only once it reports the mount live (or failed)."""
+    from memfs.mount.daemon import READY_FD_ENV
+
+    read_end, write_end = os.pipe()
+    argv = [sys.executable, "-m", "memfs", *sys.argv[1:]]
+    if "--foreground" not in argv:
+        argv.append("--foreground")
+    log_path = _log_path(config)
+    env = {**os.environ, READY_FD_ENV: str(write_end)}
+    with open(log_path, "ab") as logf:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                                env=env, pass_fds=(write_end,), start_new_session=True)
+    os.close(write_end)
+    with os.fdopen(read_end) as ready:
+        line = ready.readline().strip()
+    if line == "OK":
+        ctx.say(f"{PROG}: mounted {config.source} on {config.mountpoint} (log: {log_path})")
+        return 0
+    if line.startswith("ERROR "):
+        ctx.error(line[6:])
+    else:
+        rc = proc.wait()
+        ctx.error(f"the daemon exited ({rc}) before the mount was live; see {log_path}")
+    proc.wait()
+    return 1
+
+
+def cmd_umount(args: argparse.Namespace, ctx: Context) -> int:
+    from memfs.mountinfo import is_mountpoint
+
+    path = Path(args.mountpoint).absolute()
+    if not is_mountpoint(path):
+        return ctx.fail(f"{path} is not mounted")
+    # Every close() already uploaded its file; unmounting waits for nothing else. A busy mount
+    # (open files, a shell inside it) is refused by the kernel rather than losing data.
+    result = subprocess.run(["fusermount3", "-u", str(path)], capture_output=True, text=True)
+    if result.returncode != 0:
+        reason = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "failed"
+        if "busy" in reason.lower():
+            reason = f"{path} is busy: close files and leave the directory, then retry"
+        return ctx.fail(reason)
+    deadline = time.monotonic() + 10
+    while is_mountpoint(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return 0
+
+
+def cmd_df(args: argparse.Namespace, ctx: Context) -> int:
+    from memfs.mount.quota import format_df
+
+    path = Path(args.mountpoint).absolute()
+    try:
+        usage = json.loads(os.getxattr(path, XATTR_USAGE))
+    except OSError as exc:
+        return ctx.fail(f"{path} is not a memfs mount ({exc.strerror})")
+    ctx.say(format_df(str(path), usage))
+    return 0
