@@ -1,4 +1,5 @@
-"""``memfs handle``: Claude's memory commands as JSON lines on stdin/stdout (``memfs.memory``)."""
+"""``memfs handle`` and ``memfs mcp``: the memory handler served on stdin/stdout (JSON lines) or
+as an MCP server (``memfs.memory``). Both take the options of ``memfs.memory.options``."""
 
 from __future__ import annotations
 
@@ -8,24 +9,32 @@ from pathlib import Path
 from typing import Any
 
 from memfs.cli.base import Context, command
+from memfs.memory.options import add_handler_options, add_mcp_options, handler_options
 
 
 def register(sub: Any) -> None:
     h = command(sub, "handle", cmd_handle,
                 help="serve Claude memory commands as JSON lines on stdin/stdout")
-    h.add_argument("--root", required=True, help="directory that stands for /memories")
-    h.add_argument("--max-file-bytes", type=int, default=None,
-                   help="largest file_text accepted by create")
-    h.add_argument("--secrets-guard", action="store_true",
-                   help="refuse content that looks like a credential (keys, tokens, passwords)")
-    h.add_argument("--agent-id", help="recorded as the writer's agent in each object's metadata "
-                   "on a memfs mount")
+    add_handler_options(h)
+    m = command(sub, "mcp", cmd_mcp,
+                help="serve Claude's memory tool as an MCP server (stdio or streamable HTTP)",
+                description="Serve Claude's memory tool on DIR as an MCP server with one tool, "
+                "'memory'. Needs the mcp extra: pip install 'memfs[mcp]'.")
+    add_mcp_options(m)
 
 
 def cmd_handle(args: argparse.Namespace, ctx: Context) -> int:
     from memfs.memory.jsonl import serve_jsonl
 
-    kwargs: dict[str, Any] = {"secrets_guard": args.secrets_guard, "agent_id": args.agent_id}
-    if args.max_file_bytes is not None:
-        kwargs["max_file_bytes"] = args.max_file_bytes
-    return serve_jsonl(Path(args.root), sys.stdin, ctx.stdout, errfile=ctx.stderr, **kwargs)
+    return serve_jsonl(Path(args.root), sys.stdin, ctx.stdout, errfile=ctx.stderr,
+                       **handler_options(args))
+
+
+def cmd_mcp(args: argparse.Namespace, ctx: Context) -> int:
+    try:
+        from memfs.memory import mcp_server
+    except ImportError as err:
+        print(f"memfs mcp: the MCP SDK is not installed ({err.name}); "
+              "install it with: pip install 'memfs[mcp]'", file=ctx.stderr)
+        return 1
+    return mcp_server.run(args)

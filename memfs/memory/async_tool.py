@@ -23,7 +23,7 @@ import contextvars
 import functools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
@@ -95,10 +95,12 @@ class AsyncMemoryTool(BetaAsyncAbstractMemoryTool):
         cache_control: BetaCacheControlEphemeralParam | None = None,
         secrets_guard: bool = False,
         agent_id: str | None = None,
+        shared: Mapping[str, str | os.PathLike[str]] | None = None,
         executor: Executor | None = None,
     ) -> None:
         super().__init__(cache_control=cache_control)
-        options: dict[str, Any] = {"secrets_guard": secrets_guard, "agent_id": agent_id}
+        options: dict[str, Any] = {"secrets_guard": secrets_guard, "agent_id": agent_id,
+                                   "shared": shared}
         if max_file_bytes is not None:
             options["max_file_bytes"] = max_file_bytes
         self._sync = MemoryTool(root, **options)

@@ -3,9 +3,13 @@
 For MCP clients (Claude Code, Claude Desktop, any agent framework that speaks MCP) that do not
 run the Messages API's built-in memory tool themselves:
 
-    python -m memfs.memory.mcp_server --root /memories                  # stdio (the default)
-    python -m memfs.memory.mcp_server --root /memories --transport http --port 8765
-                                      # streamable HTTP at http://127.0.0.1:8765/mcp
+    memfs mcp --root /memories                                  # stdio (the default)
+    memfs mcp --root /memories --transport http --port 8765     # streamable HTTP at
+                                                                # http://127.0.0.1:8765/mcp
+    memfs mcp --root /memories/users/alice --shared team=/memories/team
+
+(``python -m memfs.memory.mcp_server`` is the same program.) The options are the handler's
+(``memfs.memory.options``, shared with ``memfs handle``).
 
 The tool's input schema is the memory tool's (`command` and the fields of the six commands,
 `INPUT_SCHEMA`), every call goes to `MemoryHandler.execute` unchanged, and the result is the
@@ -37,6 +41,7 @@ import mcp.types as types
 from mcp.server.lowlevel import Server
 
 from memfs.handler import CommandError, MemoryHandler
+from memfs.memory.options import add_mcp_options, handler_options
 
 __all__ = ["DESCRIPTION", "INPUT_SCHEMA", "TOOL_NAME", "MemoryToolService", "build_server", "main"]
 
@@ -105,11 +110,8 @@ class MemoryToolService:
     """The `memory` tool without any transport: `await call(name, arguments)` gives the MCP
     content blocks and whether they are an error."""
 
-    def __init__(self, root: str | os.PathLike[str], *, max_file_bytes: int | None = None,
-                 secrets_guard: bool = False, agent_id: str | None = None) -> None:
-        options: dict[str, Any] = {"secrets_guard": secrets_guard, "agent_id": agent_id}
-        if max_file_bytes is not None:
-            options["max_file_bytes"] = max_file_bytes
+    def __init__(self, root: str | os.PathLike[str], **options: Any) -> None:
+        """`options` are `MemoryHandler`'s (max_file_bytes, secrets_guard, agent_id, shared)."""
         self.handler = MemoryHandler(root, **options)
         self.tool = types.Tool(name=TOOL_NAME, description=DESCRIPTION, inputSchema=INPUT_SCHEMA)
 
@@ -235,28 +237,19 @@ def http_app(server: Server, host: str) -> Any:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description="Serve Claude's memory tool on DIR as an MCP server.")
-    p.add_argument("--root", required=True, metavar="DIR",
-                   help="directory that stands for /memories (a memfs mount)")
-    p.add_argument("--transport", choices=["stdio", "http"], default="stdio",
-                   help="stdio (default), or streamable HTTP at http://HOST:PORT/mcp")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="HTTP: address to bind (default 127.0.0.1; there is no authentication)")
-    p.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765)")
-    p.add_argument("--max-file-bytes", type=int, default=None,
-                   help="largest file a command may write")
-    p.add_argument("--secrets-guard", action="store_true",
-                   help="refuse content that looks like a credential (keys, tokens, passwords)")
-    p.add_argument("--agent-id", help="recorded as the writer's agent in each object's metadata "
-                   "on a memfs mount")
+    add_mcp_options(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until the transport ends; `args` as `memfs.memory.options.add_mcp_options` makes."""
     logging.getLogger("mcp").setLevel(logging.WARNING)  # no per-request chatter on stderr
     try:
-        service = MemoryToolService(args.root, max_file_bytes=args.max_file_bytes,
-                                    secrets_guard=args.secrets_guard, agent_id=args.agent_id)
+        service = MemoryToolService(args.root, **handler_options(args))
     except (OSError, ValueError) as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2

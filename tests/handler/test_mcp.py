@@ -29,7 +29,7 @@ from memfs.handler import CommandError, MemoryHandler
 from memfs.memory import mcp_server
 
 WORKTREE = Path(__file__).resolve().parents[2]
-SERVER = [sys.executable, "-m", "memfs.memory.mcp_server"]
+SERVER = [sys.executable, "-m", "memfs", "mcp"]  # the CLI entry, as the docs configure it
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(16)
 LISTING = ("Here're the files and directories up to 2 levels deep in {}, excluding hidden items "
            "and node_modules:")
@@ -408,6 +408,37 @@ def test_options_reach_the_handler(mnt: Path, s3: Any) -> None:
     assert ok == (False, [{"type": "text", "text": "File created successfully at: "
                                                    "/memories/a.md"}])
     assert s3.head_object(Bucket=BUCKET, Key="a.md")["Metadata"]["memfs-agent"] == "mcp/1"
+
+
+def test_shared_areas_are_read_only_over_mcp(tmp_path: Path) -> None:
+    alice, team = tmp_path / "alice", tmp_path / "team"
+    alice.mkdir()
+    team.mkdir()
+    (team / "rules.md").write_text("be kind\n")
+
+    async def main() -> Any:
+        async with session(alice, "--shared", f"team={team}") as s:
+            seen = await call(s, {"command": "view", "path": "/memories/team/rules.md"})
+            write = await call(s, {"command": "create", "path": "/memories/team/x.md",
+                                   "file_text": "no"})
+            own = await call(s, {"command": "create", "path": "/memories/x.md",
+                                 "file_text": "mine"})
+            return seen, write, own
+
+    seen, write, own = anyio.run(main)
+    handler = MemoryHandler(alice, shared={"team": team})
+    assert seen == expected(handler, {"command": "view", "path": "/memories/team/rules.md"})
+    assert not seen[0] and "be kind" in seen[1][0]["text"]
+    assert write[0] and "read-only shared area" in write[1][0]["text"]
+    assert not own[0]
+    assert sorted(os.listdir(team)) == ["rules.md"] and (alice / "x.md").read_text() == "mine"
+
+
+def test_cli_rejects_a_malformed_shared_area(tmp_path: Path) -> None:
+    out = subprocess.run([*SERVER, "--root", str(tmp_path), "--shared", "team"], env=server_env(),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("memfs mcp: argument --shared: expected NAME=DIR, got 'team'")
 
 
 def test_the_config_snippets_in_the_docs_parse() -> None:
