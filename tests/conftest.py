@@ -177,3 +177,17 @@ def mount_factory(s3, s3_reset: str, tmp_path: Path) -> Iterator[Callable[..., P
 def mnt(mount_factory) -> Path:
     """One live memfs mount of the whole test bucket."""
     return mount_factory()
+
+
+TIERS = ("unit", "core", "mount", "handler", "ops", "reliability", "system")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its tier: the directory under tests/ it lives in."""
+    here = Path(__file__).parent
+    for item in items:
+        tier = item.path.relative_to(here).parts[0]
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: a test lives in one of the tiers "
+                                    f"tests/{{{','.join(TIERS)}}}/")
+        item.add_marker(getattr(pytest.mark, tier))

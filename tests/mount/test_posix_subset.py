@@ -47,7 +47,7 @@ FLOORS = {
 # 999999999999999 bytes, and the daemon's _truncate raises MemoryError instead of answering EFBIG.
 KNOWN_TRACEBACKS = {"ftruncate": 1, "truncate": 1}
 
-pytestmark = pytest.mark.mount
+
 
 
 @pytest.mark.timeout(600)

@@ -1,1 +1,0 @@
-"""Test harness modules (moving to tests/support/)."""

@@ -1,0 +1,86 @@
+"""Big directories in the core (in-memory store, counted requests): once a listing of more than
+one LIST page has expired, single names are probed instead of re-listing the whole directory."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import trio
+
+from memfs.mount.config import MountConfig
+from memfs.mount.core import MemFSCore
+from memfs.mount.nodes import ROOT_INODE, Kind
+from memfs.mount.state import Caller
+from tests.support.memory_store import MemoryStore
+
+ME = Caller(0, 0, os.getpid())
+TTL = 0.2
+
+
+def big_store(n: int) -> MemoryStore:
+    store = MemoryStore()
+    for i in range(n):
+        store.put(f"big/f{i:05d}", b"x", {})
+    store.put("big/sub/deep", b"y", {})
+    store.calls.clear()
+    return store
+
+
+def test_lookups_in_an_expired_big_listing_probe_one_name() -> None:
+    store = big_store(1500)
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+
+    async def main() -> None:
+        big = await core.lookup(ROOT_INODE, "big")
+        assert big is not None and big.kind is Kind.DIR
+        assert await core.lookup(big.inode, "f00001") is not None
+        store.calls.clear()
+        time.sleep(TTL + 0.1)  # the big listing has expired
+        found = await core.lookup(big.inode, "f00002")
+        assert found is not None and found.size == 1
+        assert dict(store.calls) == {"LIST": 1, "GET": 1}  # not 2 LIST pages; then its metadata
+        store.calls.clear()
+        assert await core.lookup(big.inode, "absent") is None
+        assert dict(store.calls) == {"LIST": 1}
+        store.calls.clear()
+        sub = await core.lookup(big.inode, "sub")
+        assert sub is not None and sub.kind is Kind.DIR
+        assert dict(store.calls) == {"LIST": 1, "HEAD": 1}  # a directory; its marker
+        store.calls.clear()
+        opened, _node = await core.create(big.inode, "new", 0o644, os.O_WRONLY, ME)
+        await core.write(opened.fh, 0, b"new")
+        await core.release(opened.fh)
+        assert dict(store.calls) == {"PUT": 1}  # the probe's "no" answers the create
+        store.calls.clear()
+        # A name made elsewhere after the listing shows at its probe.
+        store.put("big/elsewhere", b"zz", {})
+        store.calls.clear()
+        other = await core.lookup(big.inode, "elsewhere")
+        assert other is not None and other.size == 2
+        # A readdir still re-lists the whole expired directory, and agrees with the probes.
+        fh = await core.opendir(big.inode)
+        names = [n for n, _ in core.dir_entries(fh)[2:]]
+        core.releasedir(fh)
+        assert {"new", "elsewhere", "sub", "f00002"} <= set(names) and "absent" not in names
+        assert len(names) == 1500 + 3
+        core.check_invariants()
+
+    trio.run(main)
+
+
+def test_a_small_expired_directory_is_listed_again() -> None:
+    store = big_store(20)
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+
+    async def main() -> None:
+        big = await core.lookup(ROOT_INODE, "big")
+        assert big is not None
+        assert await core.lookup(big.inode, "f00001") is not None
+        time.sleep(TTL + 0.1)
+        store.calls.clear()
+        assert await core.lookup(big.inode, "f00002") is not None
+        assert store.calls["LIST"] == 1 and store.calls["HEAD"] == 0
+
+    trio.run(main)
