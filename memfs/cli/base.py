@@ -146,7 +146,11 @@ def command(sub: Any, name: str, run: Run, *, help: str, description: str | None
 def dispatch(parser: Parser, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
              stderr: IO[str] | None = None) -> int:
     """Parse `argv` with `parser` and run the command it names; return the exit status."""
-    ctx = Context(**{k: v for k, v in (("env", env), ("stderr", stderr)) if v is not None})
+    ctx = Context()
+    if env is not None:
+        ctx.env = env
+    if stderr is not None:
+        ctx.stderr = stderr
     try:
         args = parser.parse_args(list(argv))
         ctx.twins = Twins(args._parser, ctx.env)

@@ -71,6 +71,7 @@ class StubMessagesServer:
         if self._server is None:
             raise RuntimeError("StubMessagesServer is not started")
         host, port = self._server.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else host
         return f"http://{host}:{port}"
 
     def start(self) -> StubMessagesServer:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from memfs.memory import files, names, secrets_guard, view
+from memfs.memory import files, names, secrets_guard, text, view
 from memfs.memory.atomic_write import Edit, open_edit, rename_noreplace, write_file
 from memfs.memory.errors import CommandError, os_error, write_error
 from memfs.memory.paths import (
@@ -42,43 +42,6 @@ DEFAULT_MAX_FILE_BYTES = 1024 * 1024
 Content = str | list[dict[str, Any]]
 
 
-#: A "multiple occurrences" error lists the lines of at most this many occurrences.
-MAX_LISTED_OCCURRENCES = 20
-#: Messages repeat at most this many characters of `old_str`.
-MAX_SHOWN_OLD = 1_000
-#: Each line of a str_replace snippet shows at most this many characters.
-MAX_SNIPPET_LINE = 2_000
-
-
-def _find_first(content: str, needle: str, limit: int) -> list[int]:
-    """Start offsets of the first `limit` occurrences of `needle`, overlapping ones included.
-
-    Bounded: at most `limit` searches, each linear in the text (no scan per occurrence).
-    """
-    found: list[int] = []
-    pos = content.find(needle)
-    while pos != -1 and len(found) < limit:
-        found.append(pos)
-        pos = content.find(needle, pos + 1)
-    return found
-
-
-def _line_numbers(content: str, offsets: list[int]) -> list[int]:
-    """1-based line of each (ascending) offset, counting newlines once over the text."""
-    lines, line, last = [], 1, 0
-    for pos in offsets:
-        line += content.count("\n", last, pos)
-        last = pos
-        lines.append(line)
-    return lines
-
-
-def _shown(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... [{len(text) - limit:,} more characters]"
-
-
 def _plain_name(name: object) -> bool:
     """One name a path can spell as itself: not hidden, no escapes, no path syntax."""
     if not isinstance(name, str) or not name or name.startswith(".") or names.has_refused(name):
@@ -87,13 +50,6 @@ def _plain_name(name: object) -> bool:
         return parse(f"/memories/{name}").parts == (name,)
     except CommandError:
         return False
-
-
-def _split_lines_keeping_cr(content: str) -> list[str]:
-    lines = content.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return lines
 
 
 class MemoryHandler:
@@ -214,8 +170,8 @@ class MemoryHandler:
                 )
             yield edit, files.decode(mp, edit.read(files.MAX_READ_BYTES))
 
-    def _encode_for_write(self, mp: MemoryPath, text: str) -> bytes:
-        data = text.encode("utf-8")
+    def _encode_for_write(self, mp: MemoryPath, content: str) -> bytes:
+        data = content.encode("utf-8")
         if len(data) > self.max_file_bytes:
             raise CommandError(
                 f"{mp.display} would be {len(data):,} bytes, over the {self.max_file_bytes:,}-byte "
@@ -371,17 +327,17 @@ class MemoryHandler:
         with self.root.walk(mp) as parent:
             files.require_regular_file(parent, mp, "str_replace")
             with self._edit(parent, mp) as (edit, content):
-                found = _find_first(content, old, MAX_LISTED_OCCURRENCES + 1)
-                shown_old = _shown(old, MAX_SHOWN_OLD)
+                found = text.find_first(content, old, text.MAX_LISTED_OCCURRENCES + 1)
+                shown_old = text.shorten(old, text.MAX_SHOWN_OLD)
                 if not found:
                     raise CommandError(
                         f"No replacement was performed, old_str `{shown_old}` did not appear "
                         f"verbatim in {mp.display}."
                     )
                 if len(found) > 1:
-                    listed = found[:MAX_LISTED_OCCURRENCES]
-                    lines = ", ".join(str(n) for n in _line_numbers(content, listed))
-                    if len(found) > MAX_LISTED_OCCURRENCES:
+                    listed = found[:text.MAX_LISTED_OCCURRENCES]
+                    lines = ", ".join(str(n) for n in text.line_numbers(content, listed))
+                    if len(found) > text.MAX_LISTED_OCCURRENCES:
                         # the total without overlaps: one linear count (str.count)
                         total = max(content.count(old), len(found))
                         lines += f" and at least {total - len(listed):,} more"
@@ -396,7 +352,7 @@ class MemoryHandler:
         changed = content.count("\n", 0, pos)
         new_lines = new_content.split("\n")
         first, last = max(0, changed - 2), min(len(new_lines), changed + 3)
-        snippet = [view.numbered(n, _shown(new_lines[n - 1], MAX_SNIPPET_LINE))
+        snippet = [view.numbered(n, text.shorten(new_lines[n - 1], text.MAX_SNIPPET_LINE))
                    for n in range(first + 1, last + 1)]
         return (
             "The memory file has been edited. Here is the snippet showing the change "
@@ -409,7 +365,7 @@ class MemoryHandler:
         with self.root.walk(mp) as parent:
             files.require_regular_file(parent, mp, "insert")
             with self._edit(parent, mp) as (edit, content):
-                lines = _split_lines_keeping_cr(content)
+                lines = text.split_lines_keeping_cr(content)
                 at = f["insert_line"]
                 if not 0 <= at <= len(lines):
                     raise CommandError(

@@ -84,16 +84,20 @@ def max_line_bytes(max_file_bytes: int) -> int:
     return 12 * max_file_bytes + (1 << 20)
 
 
+def _ends_line(raw: str | bytes) -> bool:
+    return raw.endswith(b"\n") if isinstance(raw, bytes) else raw.endswith("\n")
+
+
 def _lines(infile: IO[str] | IO[bytes], limit: int) -> Iterator[str | bytes | None]:
     """Input lines; a line longer than `limit` is read through (never held) and yields None."""
     while True:
         raw = infile.readline(limit + 1)
         if not raw:
             return
-        if len(raw) > limit and not raw.endswith(b"\n" if isinstance(raw, bytes) else "\n"):
+        if len(raw) > limit and not _ends_line(raw):
             while True:  # drop the rest of the line
                 rest = infile.readline(1 << 20)
-                if not rest or rest.endswith(b"\n" if isinstance(rest, bytes) else "\n"):
+                if not rest or _ends_line(rest):
                     break
             yield None
             continue

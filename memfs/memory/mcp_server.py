@@ -113,7 +113,8 @@ class MemoryToolService:
     def __init__(self, root: str | os.PathLike[str], **options: Any) -> None:
         """`options` are `MemoryHandler`'s (max_file_bytes, secrets_guard, agent_id, shared)."""
         self.handler = MemoryHandler(root, **options)
-        self.tool = types.Tool(name=TOOL_NAME, description=DESCRIPTION, inputSchema=INPUT_SCHEMA)
+        self.tool = types.Tool(name=TOOL_NAME, description=DESCRIPTION,  # type: ignore[call-arg]
+                               inputSchema=INPUT_SCHEMA)
 
     async def call(self, name: str, arguments: Mapping[str, Any] | None) -> tuple[Content, bool]:
         if name != TOOL_NAME:
@@ -140,7 +141,7 @@ def _content(result: str | list[dict[str, Any]]) -> Content:
         if block.get("type") == "image":
             source = block["source"]
             out.append(types.ImageContent(type="image", data=source["data"],
-                                          mimeType=source["media_type"]))
+                                          mimeType=source["media_type"]))  # type: ignore[call-arg]
         else:
             out.append(_text(str(block["text"])))
     return out
@@ -184,7 +185,7 @@ def build_server(service: MemoryToolService) -> Server:
 
     async def on_call_tool(ctx: Any, params: Any) -> types.CallToolResult:
         content, is_error = await service.call(params.name, params.arguments)
-        return types.CallToolResult(content=content, isError=is_error)  # type: ignore[arg-type]
+        return types.CallToolResult(content=content, isError=is_error)  # type: ignore[arg-type,call-arg]
 
     return Server("memfs", version=_version(), instructions=instructions,  # type: ignore[call-arg]
                   on_list_tools=on_list_tools, on_call_tool=on_call_tool)

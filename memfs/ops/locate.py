@@ -146,12 +146,12 @@ def resolve(
         value = flags.get(name)
         return value if value is not None else defaults.get(name) or None
 
-    bucket = pick("bucket")
-    if not bucket:
+    bucket_name = pick("bucket")
+    if not bucket_name:
         where = f"{path} is not inside a memfs mount" if path is not None else "no mount given"
         raise LocateError(f"{where}: give a path inside a mounted memfs directory, or --bucket "
                           "(and --prefix) / MEMFS_BUCKET", usage=True)
-    return Target(bucket=bucket, prefix=_norm(pick("prefix") or ""),
+    return Target(bucket=bucket_name, prefix=_norm(pick("prefix") or ""),
                   endpoint_url=pick("endpoint_url"), region=pick("region"),
                   rel=_clean_rel(path) if path is not None else "")
 

@@ -9,13 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from memfs.memory.commands import (
-    DEFAULT_MAX_FILE_BYTES,
-    MAX_LISTED_OCCURRENCES,
-    MAX_SNIPPET_LINE,
-    MemoryHandler,
-)
+from memfs.memory.commands import DEFAULT_MAX_FILE_BYTES, MemoryHandler
 from memfs.memory.errors import CommandError
+from memfs.memory.text import MAX_LISTED_OCCURRENCES, MAX_SNIPPET_LINE
 from memfs.memory.view import VIEW_CHAR_LIMIT
 
 
