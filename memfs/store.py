@@ -23,6 +23,7 @@ import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import boto3
 import botocore.exceptions
@@ -40,6 +41,10 @@ from memfs.protocol import (
 from memfs.s3stats import RequestStats
 
 log = logging.getLogger(__name__)
+
+#: Keys per page of a single-name probe. One page almost always decides (see `Store.probe`); a
+#: small page keeps each probe's response (and its XML parsing) small.
+PROBE_PAGE = 100
 
 # S3 error codes → errno. Anything not listed is EIO. PreconditionFailed means "someone else
 # changed the object since we read it": ESTALE, as gcsfuse reports a lost race.
@@ -330,31 +335,39 @@ class Store:
     def probe(self, path: str) -> ObjectInfo | bool | None:
         """What one name in a directory is, without listing the directory: its attributes as a
         LIST gives them (no user metadata) if it is an object, True if it is a directory (a
-        marker or deeper keys), None if neither. One delimited LIST of the keys that start with
-        the name; only when more than 1,000 siblings share that start (the name's own entries
-        beyond the first page), a HEAD and a one-key LIST decide instead."""
+        marker or deeper keys; a directory wins over a file of the same name, as in listings),
+        None if neither.
+
+        One delimited LIST of the keys that start with the name, in pages of `PROBE_PAGE`. S3
+        returns keys and common prefixes in UTF-8 byte order (which is code-point order, as
+        Python compares str): the name's own key comes first, then siblings that extend it with
+        a character below "/" ("name-2", "name.bak"), then "name/", then the rest. So the answer
+        is known once a page reaches past "name/"; only siblings of the first kind make a second
+        page necessary. (A HEAD would be cheaper for the file alone, but cannot see a directory
+        that has no marker.)
+        """
         key = self.key(path)
-        try:
-            resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key, Delimiter="/",
-                                               MaxKeys=1000)
-        except Exception as exc:
-            raise translate(exc, "LIST", key) from exc
-        if any(cp["Prefix"] == key + "/" for cp in resp.get("CommonPrefixes", ())):
-            return True
-        for obj in resp.get("Contents", ()):
-            if obj["Key"] == key:
-                return ObjectInfo(size=int(obj["Size"]), etag=obj["ETag"],
-                                  mtime=obj["LastModified"].timestamp())
-        if not resp.get("IsTruncated"):
-            return None
-        info = self.head(path)
-        if info is not None:
-            return info
-        try:
-            resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key + "/", MaxKeys=1)
-        except Exception as exc:
-            raise translate(exc, "LIST", key + "/") from exc
-        return True if resp.get("KeyCount", len(resp.get("Contents", ()))) else None
+        past = key + "/"
+        found: ObjectInfo | None = None
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": key, "Delimiter": "/",
+                                  "MaxKeys": PROBE_PAGE}
+        while True:
+            try:
+                resp = self.client.list_objects_v2(**kwargs)
+            except Exception as exc:
+                raise translate(exc, "LIST", key) from exc
+            prefixes = [cp["Prefix"] for cp in resp.get("CommonPrefixes", ())]
+            if past in prefixes:
+                return True
+            contents = resp.get("Contents", ())
+            for obj in contents:
+                if obj["Key"] == key:
+                    found = ObjectInfo(size=int(obj["Size"]), etag=obj["ETag"],
+                                       mtime=obj["LastModified"].timestamp())
+            seen = [obj["Key"] for obj in contents] + prefixes
+            if not resp.get("IsTruncated") or (seen and max(seen) > past):
+                return found
+            kwargs["ContinuationToken"] = resp["NextContinuationToken"]
 
     def dir_is_empty(self, path: str) -> bool:
         """True when nothing but the directory's own marker lives under it (one small LIST)."""

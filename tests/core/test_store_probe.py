@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from memfs.store import ObjectInfo, Store, make_client
+from memfs.store import PROBE_PAGE, ObjectInfo, Store, make_client
 from tests.conftest import BUCKET
 
 
@@ -22,12 +22,30 @@ def test_probe_tells_files_directories_and_absent_names(s3, s3_reset) -> None:
     assert store.stats.snapshot()["requests"] == {"ListObjectsV2": {"ok": 5}}
 
 
-def test_probe_past_a_full_page_of_siblings(s3, s3_reset) -> None:
-    """More than 1,000 keys share the name's start: the answer still comes (HEAD + LIST)."""
-    keys = [f"d/x-{i:04d}" for i in range(1001)]
+def test_probe_pages_only_through_siblings_that_sort_before_the_directory(s3, s3_reset) -> None:
+    """Siblings "x-0000".. sort before "x/" and fill pages; "x0000".. sort after it and never
+    cost a second page, however many there are."""
+    keys = [f"d/x-{i:04d}" for i in range(2 * PROBE_PAGE + 5)]
+    keys += [f"d/y{i:04d}" for i in range(3 * PROBE_PAGE)]
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda k: s3.put_object(Bucket=BUCKET, Key=k, Body=b""), keys))
     s3.put_object(Bucket=BUCKET, Key="d/x/inside", Body=b"")
+    s3.put_object(Bucket=BUCKET, Key="d/y", Body=b"12")
     store = Store(make_client(s3_reset, "us-east-1"), BUCKET)
     assert store.probe("d/x") is True
-    assert store.probe("d/y") is None
+    assert store.stats.snapshot()["requests"] == {"ListObjectsV2": {"ok": 3}}
+    assert store.probe("d/x-0003") == store.probe("d/x-0003")  # a file among its siblings
+    assert isinstance(store.probe("d/x-0003"), ObjectInfo)
+    y = store.probe("d/y")
+    assert isinstance(y, ObjectInfo) and y.size == 2
+    assert store.probe("d/z") is None
+    assert store.probe("d/y00") is None
+    assert store.stats.snapshot()["requests"] == {"ListObjectsV2": {"ok": 3 + 3 + 3}}
+
+
+def test_a_file_and_a_directory_of_one_name_probe_as_the_directory(s3, s3_reset) -> None:
+    s3.put_object(Bucket=BUCKET, Key="d/both", Body=b"f")
+    s3.put_object(Bucket=BUCKET, Key="d/both-1", Body=b"f")
+    s3.put_object(Bucket=BUCKET, Key="d/both/child", Body=b"c")
+    store = Store(make_client(s3_reset, "us-east-1"), BUCKET)
+    assert store.probe("d/both") is True
