@@ -179,6 +179,28 @@ def mnt(mount_factory) -> Path:
     return mount_factory()
 
 
+@pytest.fixture
+def planted(mount_factory) -> Path:
+    """A mount whose `root/` (a handler's root) holds symlinks planted toward `sentinel/` next to
+    it, whose content carries the markers of `tests.handler.test_handler_paths.LEAK_MARKERS`."""
+    from tests.handler.test_handler_paths import SECRET
+
+    mnt = mount_factory("")
+    (mnt / "sentinel").mkdir()
+    (mnt / "sentinel" / "secret.txt").write_text(f"{SECRET}\nHIDDEN-LINE-TWO\n")
+    (mnt / "sentinel" / "sub").mkdir()
+    (mnt / "sentinel" / "sub" / "f").write_text("HIDDEN-SUB-FILE\n")
+    root = mnt / "root"
+    (root / "d" / "deep").mkdir(parents=True)
+    (root / "inner").mkdir()
+    (root / "inner" / "f.md").write_text("inner\n")
+    os.symlink("../sentinel", root / "out_dir")
+    os.symlink("../sentinel/secret.txt", root / "out_file")
+    os.symlink(str(mnt / "sentinel"), root / "abs")
+    os.symlink("loop", root / "loop")
+    return mnt
+
+
 TIERS = ("unit", "core", "mount", "handler", "ops", "reliability", "system")
 
 

@@ -27,6 +27,8 @@ from mcp.client.stdio import stdio_client
 
 from memfs.handler import CommandError, MemoryHandler
 from memfs.memory import mcp_server
+from tests.handler.test_handler_paths import LEAK_MARKERS, PAYLOADS, _commands
+from tests.support.agents import s3_objects
 
 WORKTREE = Path(__file__).resolve().parents[2]
 SERVER = [sys.executable, "-m", "memfs", "mcp"]  # the CLI entry, as the docs configure it
@@ -449,3 +451,27 @@ def test_the_config_snippets_in_the_docs_parse() -> None:
     assert servers[1]["args"][:2] == ["-m", "memfs.memory.mcp_server"]
     args = mcp_server.build_parser().parse_args(servers[1]["args"][2:])
     assert (args.root, args.transport, args.host) == ("/memories", "stdio", "127.0.0.1")
+
+
+def test_the_traversal_corpus_through_mcp_escapes_nothing(planted: Path, s3: Any) -> None:
+    """The handler's whole traversal corpus (every payload x every command) sent over MCP to a
+    root on a live mount with symlinks planted toward a sentinel next to it: no marker of the
+    sentinel's content comes back, and S3 outside the root is unchanged."""
+    from tests.conftest import BUCKET
+
+    mnt = planted
+    before = {k: v for k, v in s3_objects(s3, BUCKET).items() if not k.startswith("root/")}
+    sentinel_abs = str(mnt / "sentinel").lstrip("/")
+    commands = [cmd for raw in PAYLOADS for cmd in _commands(raw.replace("{S}", sentinel_abs))]
+
+    async def main() -> list[Any]:
+        async with session(mnt / "root") as s:
+            return [await call(s, cmd) for cmd in commands]
+
+    results = anyio.run(main)
+    assert len(results) == len(commands) > 500
+    for cmd, (_is_error, content) in zip(commands, results, strict=True):
+        text = json.dumps(content)
+        assert not [m for m in LEAK_MARKERS if m in text], (cmd, content)
+    after = {k: v for k, v in s3_objects(s3, BUCKET).items() if not k.startswith("root/")}
+    assert after == before

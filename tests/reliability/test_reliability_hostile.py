@@ -21,7 +21,7 @@ import pytest
 
 from memfs.handler import CommandError, MemoryHandler
 from tests.conftest import BUCKET
-from tests.handler.test_handler_paths import LEAK_MARKERS, PAYLOADS, SECRET, _commands
+from tests.handler.test_handler_paths import LEAK_MARKERS, PAYLOADS, _commands
 from tests.support.agents import s3_objects
 
 
@@ -29,24 +29,6 @@ def _alive(mount_factory, mnt: Path) -> None:
     proc = next(p for p, m, _ in mount_factory.procs if m == mnt)
     assert proc.poll() is None, "the daemon died"
     assert os.path.isdir(mnt / "root")
-
-
-@pytest.fixture
-def planted(mount_factory):
-    mnt = mount_factory("")
-    (mnt / "sentinel").mkdir()
-    (mnt / "sentinel" / "secret.txt").write_text(f"{SECRET}\nHIDDEN-LINE-TWO\n")
-    (mnt / "sentinel" / "sub").mkdir()
-    (mnt / "sentinel" / "sub" / "f").write_text("HIDDEN-SUB-FILE\n")
-    root = mnt / "root"
-    (root / "d" / "deep").mkdir(parents=True)
-    (root / "inner").mkdir()
-    (root / "inner" / "f.md").write_text("inner\n")
-    os.symlink("../sentinel", root / "out_dir")
-    os.symlink("../sentinel/secret.txt", root / "out_file")
-    os.symlink(str(mnt / "sentinel"), root / "abs")
-    os.symlink("loop", root / "loop")
-    return mnt
 
 
 def test_traversal_corpus_on_a_live_mount_touches_nothing_outside(
