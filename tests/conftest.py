@@ -5,17 +5,14 @@ talks to a real endpoint. The server lives for the whole session (starting it co
 reset before each test, so tests never see each other's buckets.
 
 ``mount_factory`` starts ``memfs mount --foreground`` as a subprocess and waits until the kernel
-shows the mount; teardown unmounts with ``fusermount3 -u`` and fails the test if the daemon did
-not exit cleanly. A mount that cannot be made fails the test: nothing here skips.
+shows the mount (``tests.support.mounts``, the harness's one mount manager); teardown detaches
+what is left and fails the test if a daemon did not exit or logged a traceback. A mount that cannot
+be made fails the test: nothing here skips.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import socket
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,31 +21,19 @@ import pytest
 import requests
 from botocore.config import Config
 
-from memfs.mountinfo import is_mountpoint as is_mounted  # re-exported: many tests import it here
-from memfs.mountinfo import wait_for_mount
+from memfs.mountinfo import is_mountpoint as is_mounted  # noqa: F401 (many tests import it here)
+from tests.support.moto import moto_server
+from tests.support.mounts import Mounts, memfs_cmd  # noqa: F401 (memfs_cmd: re-exported)
 
 BUCKET = "memfs-test"
 REGION = "us-east-1"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """URL of a moto S3 server on loopback, shared by the session."""
-    from moto.server import ThreadedMotoServer
-
-    # One access-log line per request drowns every failure report.
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)
@@ -87,87 +72,21 @@ def s3(s3_reset: str):
     return client
 
 
-def memfs_cmd() -> list[str]:
-    return [sys.executable, "-m", "memfs"]
+class TestMounts(Mounts):
+    """`mount_factory(prefix="", *flags, bucket=, mountpoint=, env=)`: a memfs mount on the test
+    bucket at debug level (tests read the log)."""
 
+    __test__ = False  # not a test class, whatever its name
 
-class Mounts:
-    """Starts and tracks memfs daemons for one test."""
-
-    def __init__(self, endpoint: str, tmp: Path) -> None:
-        self.endpoint = endpoint
-        self.tmp = tmp
-        self.procs: list[tuple[subprocess.Popen, Path, Path]] = []
-
-    def __call__(
-        self,
-        prefix: str = "",
-        *extra: str,
-        bucket: str = BUCKET,
-        mountpoint: Path | None = None,
-        env: dict[str, str] | None = None,
-    ) -> Path:
-        n = len(self.procs)
-        mnt = mountpoint or self.tmp / f"mnt{n}"
-        mnt.mkdir(exist_ok=True)
-        log = self.tmp / f"daemon{n}.log"
-        args = [
-            *memfs_cmd(), "mount", str(mnt), "--bucket", bucket, "--endpoint-url", self.endpoint,
-            "--foreground", "--log-level", "debug",
-        ]
-        if prefix:
-            args += ["--prefix", prefix]
-        args += list(extra)
-        proc_env = {**os.environ, **(env or {})}
-        with open(log, "wb") as logf:
-            proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=proc_env)
-        self.procs.append((proc, mnt, log))
-        reason = wait_for_mount(mnt, proc, timeout=20)
-        if reason is not None:
-            if proc.poll() is None:  # timed out: do not leave the daemon behind
-                proc.kill()
-            raise AssertionError(f"memfs {reason}:\n{log.read_text()}")
-        return mnt
-
-    def unmount(self, mnt: Path) -> str:
-        """Unmount cleanly; return the daemon's log. Fails if the daemon does not exit 0."""
-        for proc, m, log in self.procs:
-            if m == mnt and proc.poll() is None:
-                subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
-                rc = proc.wait(timeout=30)
-                assert rc == 0, f"daemon exited {rc}:\n{log.read_text()}"
-                return log.read_text()
-        raise AssertionError(f"{mnt} is not a live mount of this test")
-
-    def log(self, mnt: Path) -> str:
-        for _proc, m, log in self.procs:
-            if m == mnt:
-                return log.read_text()
-        raise KeyError(mnt)
-
-    def close(self) -> list[str]:
-        problems = []
-        for proc, mnt, log in self.procs:
-            if proc.poll() is None:
-                subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                    problems.append(f"daemon for {mnt} did not exit after unmount")
-            elif is_mounted(mnt):
-                subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
-            text = log.read_text(errors="replace")
-            if "Traceback" in text:
-                problems.append(f"daemon for {mnt} logged a traceback:\n{text[-4000:]}")
-        return problems
+    def __call__(self, prefix: str = "", *extra: str, bucket: str = BUCKET,
+                 mountpoint: Path | None = None, env: dict[str, str] | None = None) -> Path:
+        return self.memfs(*extra, bucket=bucket, prefix=prefix, mountpoint=mountpoint, env=env)
 
 
 @pytest.fixture
 def mount_factory(s3, s3_reset: str, tmp_path: Path) -> Iterator[Callable[..., Path]]:
     """``mount_factory(prefix="", *extra_flags) -> Path``: a live memfs mount on the test bucket."""
-    mounts = Mounts(s3_reset, tmp_path)
+    mounts = TestMounts(s3_reset, tmp_path)
     yield mounts
     problems = mounts.close()
     assert not problems, "\n".join(problems)

@@ -11,11 +11,8 @@ import base64
 import os
 import random
 import re
-import subprocess
-import sys
 import tempfile
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -32,26 +29,12 @@ from memfs.demo.stub_messages import StubMessagesServer
 from memfs.handler import CommandError, MemoryHandler, MemoryTool
 from memfs.memory.async_tool import AsyncMemoryTool
 from tests.conftest import BUCKET
+from tests.handler.test_handler_sdk import MODEL, PREFS, SESSION_ONE, session_one_results
+from tests.handler.test_handler_support import tree
 
-MODEL = "claude-stub-model"
-WORKTREE = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(16)
 OPTIONS: dict[str, Any] = {"max_file_bytes": 1000, "secrets_guard": True, "agent_id": "tester/1"}
 
-
-def tree(root: Path) -> dict[str, bytes | None]:
-    """relative path -> bytes (files) or None (directories)."""
-    out: dict[str, bytes | None] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for d in dirnames:
-            out[os.path.relpath(os.path.join(dirpath, d), root) + "/"] = None
-        for f in filenames:
-            p = os.path.join(dirpath, f)
-            out[os.path.relpath(p, root)] = Path(p).read_bytes()
-    return out
-
-
-# -- the same commands and texts through both tools --------------------------------------------
 
 LISTING = ("Here're the files and directories up to 2 levels deep in {}, excluding hidden items "
            "and node_modules:")
@@ -359,25 +342,6 @@ def test_random_cancellations_leave_the_old_or_the_new_file(mnt: Path) -> None:
 
 # -- the SDK's async tool runner end to end ----------------------------------------------------
 
-SESSION_ONE: list[list[dict[str, Any]]] = [
-    [{"type": "text", "text": "Let me check my memory first."},
-     {"type": "tool_use", "id": "toolu_01", "name": "memory",
-      "input": {"command": "view", "path": "/memories"}}],
-    [{"type": "tool_use", "id": "toolu_02", "name": "memory",
-      "input": {"command": "create", "path": "/memories/user/prefs.md",
-                "file_text": "# Preferences\n- drinks: coffee, black\n- editor: vim\n"}},
-     {"type": "tool_use", "id": "toolu_03", "name": "memory",
-      "input": {"command": "str_replace", "path": "/memories/user/prefs.md",
-                "old_str": "editor: vim", "new_str": "editor: helix"}}],
-    [{"type": "tool_use", "id": "toolu_04", "name": "memory",
-      "input": {"command": "insert", "path": "/memories/user/prefs.md", "insert_line": 1,
-                "insert_text": "- name: Ada"}},
-     {"type": "tool_use", "id": "toolu_05", "name": "memory",
-      "input": {"command": "create", "path": "/memories/user/prefs.md", "file_text": "x",
-                "exclusive": True}}],
-    [{"type": "text", "text": "Noted: black coffee, helix."}],
-]
-PREFS = "# Preferences\n- name: Ada\n- drinks: coffee, black\n- editor: helix\n"
 SESSION_TWO: list[list[dict[str, Any]]] = [
     [{"type": "tool_use", "id": "toolu_11", "name": "memory",
       "input": {"command": "view", "path": "/memories/user/prefs.md"}}],
@@ -390,20 +354,6 @@ SESSION_TWO: list[list[dict[str, Any]]] = [
       "input": {"command": "insert", "path": "/memories/people/ada.md", "insert_line": "two",
                 "insert_text": "x"}}],
     [{"type": "text", "text": "You are Ada; you like black coffee and helix."}],
-]
-SESSION_ONE_RESULTS = [
-    {"type": "tool_result", "tool_use_id": "toolu_01",
-     "content": LISTING.format("/memories") + "\n4K\t/memories"},
-    {"type": "tool_result", "tool_use_id": "toolu_02",
-     "content": "File created successfully at: /memories/user/prefs.md"},
-    {"type": "tool_result", "tool_use_id": "toolu_03",
-     "content": "The memory file has been edited. Here is the snippet showing the change "
-                "(with line numbers):\n     1\t# Preferences\n     2\t- drinks: coffee, black"
-                "\n     3\t- editor: helix\n     4\t"},
-    {"type": "tool_result", "tool_use_id": "toolu_04",
-     "content": "The file /memories/user/prefs.md has been edited."},
-    {"type": "tool_result", "tool_use_id": "toolu_05",
-     "content": "File /memories/user/prefs.md already exists", "is_error": True},
 ]
 SESSION_TWO_RESULTS = [
     {"type": "tool_result", "tool_use_id": "toolu_11",
@@ -443,7 +393,9 @@ def test_async_tool_runner_two_sessions_across_a_remount(mount_factory: Any, s3:
                                                          stream: bool) -> None:
     first = mount_factory()
     stub, text = asyncio.run(run_session(first, SESSION_ONE, stream=stream))
-    assert stub.tool_results() == SESSION_ONE_RESULTS
+    expected = session_one_results()
+    expected[0]["content"] = expected[0]["content"].format(root_size="4K")
+    assert stub.tool_results() == expected
     assert text == "Noted: black coffee, helix."
     assert stub.requests[0]["tools"] == [{"type": "memory_20250818", "name": "memory"}]
 
@@ -587,42 +539,3 @@ def test_32_concurrent_conversations_lose_no_acknowledged_edit(mnt: Path) -> Non
                 | {f"log: agent {i} checked in" for i in range(CONVERSATIONS)})
     assert sorted(lines[1:-1]) == sorted(expected)  # every acknowledged edit, exactly once
     print(f"\n{CONVERSATIONS} conversations, {races} lost races reported and retried")
-
-
-# -- the documentation's snippet ---------------------------------------------------------------
-
-
-def doc_snippet(heading: str) -> str:
-    """The first ```python block after `heading` in docs/HANDLER-integrations.md."""
-    text = (WORKTREE / "docs" / "HANDLER-integrations.md").read_text()
-    after = text[text.index(heading):]
-    match = re.search(r"```python\n(.*?)```", after, re.S)
-    assert match is not None
-    return match.group(1)
-
-
-def test_the_async_snippet_in_the_docs_runs(tmp_path: Path) -> None:
-    code = doc_snippet("## The async Anthropic SDK")
-    assert 'AsyncMemoryTool("/memories")' in code
-    code = code.replace('AsyncMemoryTool("/memories")', f"AsyncMemoryTool({str(tmp_path)!r})")
-
-    def reply(body: dict[str, Any]) -> list[dict[str, Any]]:
-        return [{"type": "tool_use", "name": "memory",
-                 "input": {"command": "create", "path": "/memories/coffee.md",
-                           "file_text": text_of(body["messages"][-1]["content"]) + "\n"}}]
-
-    turns: list[Callable[[dict[str, Any]], list[dict[str, Any]]] | list[dict[str, Any]]] = [
-        reply, [{"type": "text", "text": "I'll remember that."}]]
-    with StubMessagesServer(turns) as stub:
-        path = [str(WORKTREE), *filter(None, os.environ.get("PYTHONPATH", "").split(":"))]
-        env = {**os.environ, "ANTHROPIC_API_KEY": "stub", "ANTHROPIC_BASE_URL": stub.url,
-               "PYTHONPATH": ":".join(path)}
-        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                              text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert stub.errors == [] and stub.turns_left == 0
-    assert done.stdout == "I'll remember that.\n"
-    assert (tmp_path / "coffee.md").read_text() == "Remember that I take my coffee black.\n"
-    assert stub.tool_results() == [{
-        "type": "tool_result", "tool_use_id": "toolu_stub_1_0",
-        "content": "File created successfully at: /memories/coffee.md"}]

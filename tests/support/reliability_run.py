@@ -24,11 +24,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from memfs.handler import MemoryHandler
-from memfs.mountinfo import is_mountpoint, wait_for_mount
 from tests.support.agents import (
     SoloAgent,
     Stats,
@@ -56,17 +53,13 @@ from tests.support.agents import (
     solo_lost_bytes,
     vm_hwm_kb,
 )
+from tests.support.moto import moto_server
+from tests.support.mounts import Mounts
 from tests.support.s3proxy import INTERNAL_ERROR, RESET, SLOW_DOWN, STALL, Faults, S3Proxy
 
 BUCKET = "memfs-reliability"
 REGION = "us-east-1"
 SCENARIOS = ("faults", "sweep", "load", "storm", "crash")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Lab:
@@ -75,22 +68,17 @@ class Lab:
     def __init__(self, workdir: Path) -> None:
         import boto3
         from botocore.config import Config
-        from moto.server import ThreadedMotoServer
 
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
         self.workdir = workdir
         os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
                           AWS_DEFAULT_REGION=REGION)
         for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
             os.environ.pop(key, None)
-        port = _free_port()
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        self.server.start()
-        self.endpoint = f"http://127.0.0.1:{port}"
+        self._stack = contextlib.ExitStack()
+        self.endpoint = self._stack.enter_context(moto_server())
         self.s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION,
                                config=Config(retries={"max_attempts": 1}))
-        self.daemons: list[tuple[subprocess.Popen, Path, Path]] = []
-        self.n = 0
+        self.mounts = Mounts(self.endpoint, workdir)
 
     def fresh_bucket(self) -> None:
         import requests
@@ -100,42 +88,20 @@ class Lab:
 
     def mount(self, *flags: str, endpoint: str | None = None,
               mountpoint: Path | None = None) -> tuple[Path, subprocess.Popen]:
-        self.n += 1
-        mnt = mountpoint or self.workdir / f"mnt{self.n}"
-        mnt.mkdir(exist_ok=True)
-        log = self.workdir / f"daemon{self.n}.log"
-        args = [sys.executable, "-m", "memfs", "mount", str(mnt), "--bucket", BUCKET,
-                "--endpoint-url", endpoint or self.endpoint, "--foreground", *flags]
-        with open(log, "wb") as logf:
-            proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT)
-        self.daemons.append((proc, mnt, log))
-        reason = wait_for_mount(mnt, proc, timeout=30)
-        if reason is not None:
-            proc.kill()
-            raise RuntimeError(f"mount failed ({reason}):\n{log.read_text()}")
-        return mnt, proc
+        mnt = self.mounts.memfs(*flags, bucket=BUCKET, endpoint=endpoint, mountpoint=mountpoint,
+                                log_level=None)
+        return mnt, self.mounts.mounts[-1].proc
 
     def unmount(self, mnt: Path) -> None:
-        for proc, m, _log in self.daemons:
-            if m == mnt and proc.poll() is None:
-                subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        """Detach at once (a scenario may leave a daemon mid-upload or dead)."""
+        self.mounts.detach(mnt)
 
     def tracebacks(self) -> int:
-        return sum(log.read_text(errors="replace").count("Traceback")
-                   for _p, _m, log in self.daemons if log.exists())
+        return self.mounts.tracebacks()
 
     def close(self) -> None:
-        for proc, mnt, _log in self.daemons:
-            if proc.poll() is None or is_mountpoint(mnt):
-                self.unmount(mnt)
-                if is_mountpoint(mnt):
-                    subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
-        self.server.stop()
+        self.mounts.close()
+        self._stack.close()
 
 
 SESSION_FAULTS = (INTERNAL_ERROR, SLOW_DOWN, RESET, STALL)
@@ -297,7 +263,7 @@ def scenario_crash(lab: Lab, quick: bool) -> dict[str, Any]:
         for t in threads:
             t.join(30)
         hung = sum(t.is_alive() for t in threads)
-        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
+        lab.unmount(mnt)
         objects = s3_objects(lab.s3, BUCKET)
         rounds.append({"acked_writes_total": log.writes, "writer_errors": dict(log.errors),
                        "hung_writers": hung, "problems": check_blobs(log, objects),

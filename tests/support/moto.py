@@ -1,0 +1,78 @@
+"""The one moto launcher: an S3 server on loopback for tests, benchmarks and long runs.
+
+In-process (`ThreadedMotoServer`, ~1 s to start) for the test suite and the reliability and
+pjdfstest runners; in a child process for benchmarks, so moto's work does not compete for the GIL
+with the clients and the counting proxy being measured. Both yield the server's URL and stop it
+on exit. Test credentials only: nothing here may reach a real account.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+REGION = "us-east-1"
+KEY_ID = "testing"
+SECRET = "testing"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """`base` (default: this process's environment) without the developer's AWS, memfs and rclone
+    settings, with moto's test credentials. AWS_CA_BUNDLE goes too: rclone refuses to start with
+    it, s3fs may choke on it, and every endpoint here is plain http://."""
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if not k.startswith(("AWS_", "MEMFS_", "RCLONE_"))}
+    env.update(AWS_ACCESS_KEY_ID=KEY_ID, AWS_SECRET_ACCESS_KEY=SECRET, AWS_DEFAULT_REGION=REGION)
+    return env
+
+
+@contextlib.contextmanager
+def moto_server(*, child_process: bool = False) -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1; yields its URL (``http://127.0.0.1:PORT``)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    if not child_process:
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        try:
+            yield url
+        finally:
+            server.stop()
+        return
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_env(),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("moto server did not start") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
