@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TypeVar
 
+from memfs.bucket import Bucket
 from memfs.ops.errors import S3_ERRORS, OpError, describe_s3_error
 from memfs.ops.locate import SETTINGS, Target, resolve
 from memfs.protocol import NAME as PROG
@@ -174,11 +175,11 @@ def locate(args: argparse.Namespace, ctx: Context, path: str | None) -> Target:
     return resolve(path, {k: getattr(args, k) for k in SETTINGS}, ctx.twins.values(SETTINGS))
 
 
-def on_bucket(target: Target, call: Callable[[Any], T]) -> T:
-    """``call(client)`` with an S3 client for `target`; an S3 failure becomes the one line that
-    names the target's bucket."""
+def on_bucket(target: Target, call: Callable[[Bucket], T]) -> T:
+    """``call(bucket)`` with the target's bucket (``memfs.bucket.Bucket``); an S3 failure becomes
+    the one line that names the target's bucket."""
     try:
-        return call(target.client())
+        return call(Bucket(target.client(), target.bucket))
     except S3_ERRORS as exc:
         raise OpError(describe_s3_error(exc, target.bucket)) from None
 

@@ -130,8 +130,8 @@ def cmd_gc(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     progress = Progress(ctx.stderr, quiet=args.quiet)
     try:
-        report = on_bucket(target, lambda client: gc.run_gc(
-            client, target, policies, now=now, dry_run=args.dry_run, progress=progress))
+        report = on_bucket(target, lambda s3: gc.run_gc(
+            s3, target, policies, now=now, dry_run=args.dry_run, progress=progress))
     finally:
         progress.finish()
     if args.json:

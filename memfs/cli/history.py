@@ -86,14 +86,14 @@ def _show(ctx: Context, args: argparse.Namespace, items: Sequence[Version | Chan
 
 def cmd_history(args: argparse.Namespace, ctx: Context) -> int:
     target = require_file(locate(args, ctx, args.path), args.path)
-    versions, more = on_bucket(target, lambda client: history(
-        client, target, limit=max(1, args.limit), warn=_warn(ctx)))
+    versions, more = on_bucket(target, lambda s3: history(
+        s3, target, limit=max(1, args.limit), warn=_warn(ctx)))
     return _show(ctx, args, versions, lambda: render_history(target, versions, more))
 
 
 def cmd_restore(args: argparse.Namespace, ctx: Context) -> int:
     target = require_file(locate(args, ctx, args.path), args.path)
-    done = on_bucket(target, lambda client: restore(client, target, args.version,
+    done = on_bucket(target, lambda s3: restore(s3, target, args.version,
                                                     warn=_warn(ctx)))
     display = target.display(target.rel)
     if done.noop:
@@ -111,8 +111,8 @@ def cmd_log(args: argparse.Namespace, ctx: Context) -> int:
     target = locate(args, ctx, args.path)
     now = parse_since(args.now, datetime.now(UTC)) if args.now else datetime.now(UTC)
     since = parse_since(args.since, now)
-    found, more = on_bucket(target, lambda client: changes(
-        client, target, since, limit=max(1, args.limit), warn=_warn(ctx)))
+    found, more = on_bucket(target, lambda s3: changes(
+        s3, target, since, limit=max(1, args.limit), warn=_warn(ctx)))
     return _show(ctx, args, found, lambda: render_log(target, since, found, more))
 
 

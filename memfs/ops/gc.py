@@ -35,14 +35,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import botocore.exceptions
-
+from memfs.bucket import DELETE_BATCH, Bucket, Listed
 from memfs.ops.errors import S3_ERRORS, OpError
-from memfs.ops.history import fmt_time, parse_duration, versioning_status
+from memfs.ops.history import fmt_time, parse_duration
 from memfs.ops.locate import Target
 from memfs.protocol import META_MTIME
 
-DELETE_BATCH = 1000
 HEAD_WORKERS = 8
 
 
@@ -157,34 +155,21 @@ class GcReport:
                 "failed": [{"key": k, "reason": r} for k, r in self.failed]}
 
 
-@dataclass(frozen=True)
-class _Obj:
-    key: str
-    size: int
-    modified: datetime
-    etag: str
-
-
-def _list(client: Any, bucket: str, prefix: str, progress: Progress) -> list[_Obj]:
-    out = []
-    paginator = client.get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
-        for o in page.get("Contents", ()):
-            out.append(_Obj(o["Key"], int(o.get("Size", 0)), o["LastModified"], o.get("ETag", "")))
-        progress.advance(len(page.get("Contents", ())))
+def _list(s3: Bucket, prefix: str, progress: Progress) -> list[Listed]:
+    out: list[Listed] = []
+    for page in s3.pages(prefix):
+        out += page
+        progress.advance(len(page))
     return out
 
 
-def _last_modified(client: Any, bucket: str, obj: _Obj) -> datetime | None:
+def _last_modified(s3: Bucket, obj: Listed) -> datetime | None:
     """The newer of LastModified and the mount's mtime, read now; None if the object is gone."""
-    try:
-        head = client.head_object(Bucket=bucket, Key=obj.key)
-    except botocore.exceptions.ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-            return None
-        raise
+    head = s3.head(obj.key)
+    if head is None:
+        return None
     when = head["LastModified"]
-    mtime = (head.get("Metadata") or {}).get(META_MTIME)
+    mtime = head["Metadata"].get(META_MTIME)
     if mtime is not None:
         with contextlib.suppress(ValueError, OverflowError, OSError):
             when = max(when, datetime.fromtimestamp(float(mtime), UTC))
@@ -198,7 +183,7 @@ def _top_subtrees(policies: Sequence[Policy]) -> list[str]:
 
 
 def run_gc(
-    client: Any,
+    s3: Bucket,
     target: Target,
     policies: Sequence[Policy],
     *,
@@ -215,14 +200,14 @@ def run_gc(
 
     # 1. One LIST per top-level policy subtree.
     progress.start("listing")
-    objects: list[_Obj] = []
+    objects: list[Listed] = []
     for sub in _top_subtrees(policies):
-        objects += _list(client, target.bucket, prefix + sub, progress)
+        objects += _list(s3, prefix + sub, progress)
     objects.sort(key=lambda o: o.key)
     keys = [o.key for o in objects]
 
     # 2. Candidates by LastModified; then HEAD each to confirm (mtime, still the listed version).
-    candidates: list[tuple[_Obj, Policy]] = []
+    candidates: list[tuple[Listed, Policy]] = []
     for o in objects:
         rel = o.key[len(prefix):]
         p = policy_for(rel, policies)
@@ -234,9 +219,9 @@ def run_gc(
             candidates.append((o, p))
     progress.start("checking", len(candidates))
 
-    def check(item: tuple[_Obj, Policy]) -> tuple[_Obj, Policy, bool]:
+    def check(item: tuple[Listed, Policy]) -> tuple[Listed, Policy, bool]:
         o, p = item
-        when = _last_modified(client, target.bucket, o)
+        when = _last_modified(s3, o)
         progress.advance()
         return o, p, when is not None and when <= now - p.max_age
 
@@ -253,7 +238,7 @@ def run_gc(
         if all(k in gone for k in keys[lo:hi]):
             gone.add(key)
 
-    plan: list[tuple[_Obj, Policy]] = []
+    plan: list[tuple[Listed, Policy]] = []
     for key in sorted(gone):
         o, p = expired_files.get(key) or old_markers[key]
         assert key.startswith(prefix + p.subtree) and key != prefix + p.subtree
@@ -265,11 +250,9 @@ def run_gc(
         progress.start("deleting", len(plan))
         for i in range(0, len(plan), DELETE_BATCH):
             batch = [o.key for o, _ in plan[i:i + DELETE_BATCH]]
-            resp = client.delete_objects(Bucket=target.bucket, Delete={
-                "Objects": [{"Key": k} for k in batch], "Quiet": True})
-            for e in resp.get("Errors", ()):
-                failed.add(e.get("Key", ""))
-                report.failed.append((e.get("Key", ""), f"{e.get('Code')} {e.get('Message')}"))
+            for key, reason in s3.delete(batch):
+                failed.add(key)
+                report.failed.append((key, reason))
             progress.advance(len(batch))
     progress.finish()
 
@@ -284,7 +267,7 @@ def run_gc(
             r.bytes += o.size
         r.paths.append(o.key[len(prefix):])
     try:
-        report.versioned = versioning_status(client, target.bucket) in ("Enabled", "Suspended")
+        report.versioned = s3.versioning_status() in ("Enabled", "Suspended")
     except S3_ERRORS:
         report.versioned = False
     return report

@@ -29,8 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import botocore.exceptions
-
+from memfs.bucket import Bucket
 from memfs.ops.errors import OpError
 from memfs.ops.locate import Target
 from memfs.protocol import META_AGENT as AGENT_META
@@ -70,23 +69,13 @@ class Version:
 # -- reading versions ----------------------------------------------------------------------------
 
 
-def versioning_status(client: Any, bucket: str) -> str | None:
-    """``Enabled``, ``Suspended``, or None (never enabled). Unknown (no permission) → Enabled."""
-    try:
-        return client.get_bucket_versioning(Bucket=bucket).get("Status")
-    except botocore.exceptions.ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in ("AccessDenied", "403"):
-            return "Enabled"  # can't tell: let the listing speak
-        raise
-
-
 Warn = Callable[[str], None]
 
 
-def require_versioning(client: Any, target: Target, warn: Warn | None = None) -> None:
+def require_versioning(s3: Bucket, target: Target, warn: Warn | None = None) -> None:
     """Raise `HistoryError` (saying how to enable it) unless the bucket keeps versions; tell
     `warn` when versioning is suspended (older changes may be gone)."""
-    status = versioning_status(client, target.bucket)
+    status = s3.versioning_status()
     if status == "Suspended":
         if warn is not None:
             warn(f"versioning is suspended on bucket {target.bucket}: writes since then "
@@ -101,16 +90,10 @@ def require_versioning(client: Any, target: Target, warn: Warn | None = None) ->
             "(versions are kept from then on)")
 
 
-def _list_versions(client: Any, bucket: str, prefix: str) -> Iterable[Version]:
-    paginator = client.get_paginator("list_object_versions")
-    for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
-        for v in page.get("Versions", ()):
-            yield Version(key=v["Key"], version_id=str(v.get("VersionId") or "null"),
-                          time=v["LastModified"], deleted=False, latest=bool(v.get("IsLatest")),
-                          size=int(v.get("Size", 0)))
-        for m in page.get("DeleteMarkers", ()):
-            yield Version(key=m["Key"], version_id=str(m.get("VersionId") or "null"),
-                          time=m["LastModified"], deleted=True, latest=bool(m.get("IsLatest")))
+def _list_versions(s3: Bucket, prefix: str) -> Iterable[Version]:
+    for v in s3.versions(prefix):
+        yield Version(key=v.key, version_id=v.version_id, time=v.modified, deleted=v.deleted,
+                      latest=v.latest, size=v.size)
 
 
 def order(entries: Sequence[Version]) -> list[Version]:
@@ -151,29 +134,28 @@ def order(entries: Sequence[Version]) -> list[Version]:
     return out
 
 
-def key_history(client: Any, bucket: str, key: str) -> list[Version]:
+def key_history(s3: Bucket, key: str) -> list[Version]:
     """Every version and deletion of exactly `key`, newest first (no metadata yet)."""
-    return order([v for v in _list_versions(client, bucket, key) if v.key == key])
+    return order([v for v in _list_versions(s3, key) if v.key == key])
 
 
-def _head_meta(client: Any, bucket: str, v: Version) -> Version:
+def _head_meta(s3: Bucket, v: Version) -> Version:
     if v.deleted:
         return v
-    try:
-        resp = client.head_object(Bucket=bucket, Key=v.key, VersionId=v.version_id)
-    except botocore.exceptions.ClientError:
-        return v  # gone meanwhile (or no permission): shown without writer
-    meta = {k.lower(): val for k, val in (resp.get("Metadata") or {}).items()}
+    resp = s3.head(v.key, v.version_id, best_effort=True)
+    if resp is None:
+        return v  # gone meanwhile, or no permission: shown without writer
+    meta = resp["Metadata"]
     return replace(v, writer=meta.get(WRITER_META), agent=meta.get(AGENT_META),
                    restored_from=meta.get(RESTORED_FROM_META))
 
 
-def with_metadata(client: Any, bucket: str, versions: Sequence[Version]) -> list[Version]:
+def with_metadata(s3: Bucket, versions: Sequence[Version]) -> list[Version]:
     """`versions` with writer/agent filled in: one HEAD per stored version, run concurrently."""
     if not versions:
         return []
     with ThreadPoolExecutor(max_workers=min(HEAD_WORKERS, len(versions))) as pool:
-        return list(pool.map(lambda v: _head_meta(client, bucket, v), versions))
+        return list(pool.map(lambda v: _head_meta(s3, v), versions))
 
 
 # -- times ---------------------------------------------------------------------------------------
@@ -193,23 +175,22 @@ def require_file(target: Target, path: str) -> Target:
     return target
 
 
-def _not_a_file(client: Any, target: Target) -> HistoryError:
-    resp = client.list_object_versions(Bucket=target.bucket, Prefix=target.key + "/", MaxKeys=1)
-    if resp.get("Versions") or resp.get("DeleteMarkers"):
+def _not_a_file(s3: Bucket, target: Target) -> HistoryError:
+    if s3.has_versions_under(target.key + "/"):
         return HistoryError(f"{target.display(target.rel)} is a directory: history, restore "
                             "and log PATH work on files (try memfs log PATH)")
     return HistoryError(f"{target.display(target.rel)} has no history in {target.url} "
                         "(never written since versioning was enabled?)")
 
 
-def history(client: Any, target: Target, *, limit: int = DEFAULT_HISTORY_LIMIT,
+def history(s3: Bucket, target: Target, *, limit: int = DEFAULT_HISTORY_LIMIT,
             warn: Warn | None = None) -> tuple[list[Version], int]:
     """The file's versions newest first with writer/agent (at most `limit`), and how many more."""
-    require_versioning(client, target, warn)
-    entries = key_history(client, target.bucket, target.key)
+    require_versioning(s3, target, warn)
+    entries = key_history(s3, target.key)
     if not entries:
-        raise _not_a_file(client, target)
-    shown = with_metadata(client, target.bucket, entries[:limit])
+        raise _not_a_file(s3, target)
+    shown = with_metadata(s3, entries[:limit])
     return shown, len(entries) - len(shown)
 
 
@@ -239,30 +220,31 @@ def pick_version(entries: Sequence[Version], version_id: str | None, display: st
     raise HistoryError(f"{display} has no earlier version to restore")
 
 
-def restore(client: Any, target: Target, version_id: str | None = None, *,
+def restore(s3: Bucket, target: Target, version_id: str | None = None, *,
             writer: str | None = None, now: Callable[[], float] = time.time,
             warn: Warn | None = None) -> Restored:
     """Copy a version of the target file onto its key (server side); return what was done."""
-    require_versioning(client, target, warn)
+    require_versioning(s3, target, warn)
     display = target.display(target.rel)
-    entries = key_history(client, target.bucket, target.key)
+    entries = key_history(s3, target.key)
     if not entries:
-        raise _not_a_file(client, target)
+        raise _not_a_file(s3, target)
     source = pick_version(entries, version_id, display)
     if source is entries[0]:
         return Restored(source, source.version_id, noop=True)  # already current
-    head = client.head_object(Bucket=target.bucket, Key=target.key, VersionId=source.version_id)
-    meta = {k.lower(): v for k, v in (head.get("Metadata") or {}).items()}
+    head = s3.head(target.key, source.version_id)
+    if head is None:
+        raise HistoryError(f"version {source.version_id} of {display} is gone (deleted "
+                           "meanwhile); memfs history shows what is left")
+    meta = dict(head["Metadata"])
     meta.pop(AGENT_META, None)
     # A restore is a write now: the file's mtime says so (and gc counts its age from here).
     meta[META_MTIME] = str(int(now()))
     meta[WRITER_META] = writer or f"{socket.gethostname()}/memfs-restore"
     meta[RESTORED_FROM_META] = source.version_id
-    resp = client.copy_object(
-        Bucket=target.bucket, Key=target.key, MetadataDirective="REPLACE", Metadata=meta,
-        ContentType=head.get("ContentType") or "application/octet-stream",
-        CopySource={"Bucket": target.bucket, "Key": target.key, "VersionId": source.version_id})
-    return Restored(source, resp.get("VersionId"))
+    new_id = s3.copy_version(target.key, source.version_id, meta,
+                             head.get("ContentType") or "application/octet-stream")
+    return Restored(source, new_id)
 
 
 # -- log ------------------------------------------------------------------------------------------
@@ -323,17 +305,17 @@ def classify(entries: Sequence[Version], rel_of: Callable[[str], str]) -> list[C
     return out
 
 
-def changes(client: Any, target: Target, since: datetime, *, limit: int = DEFAULT_LOG_LIMIT,
+def changes(s3: Bucket, target: Target, since: datetime, *, limit: int = DEFAULT_LOG_LIMIT,
             warn: Warn | None = None) -> tuple[list[Change], int]:
     """Changes under the target since `since`, newest first (at most `limit`), and how many more.
 
     One ListObjectVersions pass over the target (all history must be listed: S3 cannot filter
     by time), then one HEAD per write shown, for its writer and agent.
     """
-    require_versioning(client, target, warn)
+    require_versioning(s3, target, warn)
     base = target.key
     by_key: dict[str, list[Version]] = {}
-    for v in _list_versions(client, target.bucket, base):  # a file, or a directory's keys
+    for v in _list_versions(s3, base):  # a file, or a directory's keys
         if target.rel and not (v.key == base or v.key.startswith(base + "/")):
             continue  # "notes" must not match "notes2.md"
         by_key.setdefault(v.key, []).append(v)
@@ -344,7 +326,7 @@ def changes(client: Any, target: Target, since: datetime, *, limit: int = DEFAUL
                 found.append(c)
     found.sort(key=lambda c: c.version.time, reverse=True)  # stable: keeps per-key order
     shown, more = found[:limit], max(0, len(found) - limit)
-    with_meta = with_metadata(client, target.bucket, [c.version for c in shown])
+    with_meta = with_metadata(s3, [c.version for c in shown])
     out = []
     for c, v in zip(shown, with_meta, strict=True):
         action = "restored" if v.restored_from and c.action in ("created", "edited") else c.action

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from memfs.bucket import Bucket
 from memfs.cli import gc as gc_cli
 from memfs.cli.history import main_restore
 from memfs.ops import gc, install
@@ -154,7 +155,8 @@ def test_deletes_in_batches_of_1000(s3, s3_reset) -> None:
         "before-call.s3.DeleteObjects",
         lambda params, **kw: batches.append(params["body"].count(b"<Key>")))
     stderr = io.StringIO()
-    report = gc.run_gc(client, target, gc.parse_policies(["s/=1h"]), now=t0 + timedelta(hours=1),
+    report = gc.run_gc(Bucket(client, BUCKET), target, gc.parse_policies(["s/=1h"]),
+                       now=t0 + timedelta(hours=1),
                        progress=gc_cli.Progress(stderr, tty=False))
     assert batches == [1000, 1000, 1]
     assert report.policies[0].expired == 2001 and report.policies[0].bytes == 4002

@@ -100,3 +100,15 @@ def test_the_agent_library_stands_alone(module: str) -> None:
     names = imports(module, top_level_only=False)
     assert not under(names, "memfs.mount", "memfs.ops", "memfs.cli")
     assert "pyfuse3" not in names
+
+
+#: The modules that may import boto3/botocore: the mount's store and request counters, the
+#: operator tools' bucket, the one place S3 errors are worded for the command line, and the demo
+#: (which fills its embedded S3 server).
+S3_CLIENTS = {"memfs.store", "memfs.bucket", "memfs.s3stats", "memfs.ops.errors", "memfs.demo.run"}
+
+
+@pytest.mark.parametrize("module", sorted(set(MODULES) - S3_CLIENTS))
+def test_only_the_s3_layer_imports_boto3(module: str) -> None:
+    names = imports(module, top_level_only=False)
+    assert not under(names, "boto3", "botocore"), f"{module} talks to S3 itself"

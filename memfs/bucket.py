@@ -1,0 +1,127 @@
+"""S3 as the operator tools see it: raw keys of one bucket, their versions, batch deletes, copies.
+
+`memfs history`, `restore`, `log` and `gc` (``memfs.ops``) read and change a bucket without a
+mount: listings of every key or every version under a prefix, HEADs of one key or one version,
+deletes a thousand at a time, and the server-side copy that restores an old version. They do it
+through `Bucket`, so that with `memfs.store` (the mount's view: paths, conditional writes,
+sanitised metadata) this is one of the two modules that talk to boto3. S3 failures stay botocore
+exceptions here; ``memfs.ops.errors`` words them for the command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import botocore.exceptions
+
+#: Error codes that mean "no such key (or version)": a HEAD answers 404 without a code body.
+_MISSING = {"404", "NoSuchKey", "NotFound", "NoSuchVersion"}
+#: DeleteObjects takes at most this many keys per request.
+DELETE_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One object of a listing."""
+
+    key: str
+    size: int
+    modified: datetime
+    etag: str
+
+
+@dataclass(frozen=True)
+class ListedVersion:
+    """One version or delete marker of a version listing."""
+
+    key: str
+    version_id: str  # "null" for a version written while versioning was off
+    modified: datetime
+    deleted: bool  # a delete marker
+    latest: bool
+    size: int | None  # None for a delete marker
+
+
+def _code(exc: botocore.exceptions.ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+class Bucket:
+    """One bucket through one boto3 client."""
+
+    def __init__(self, client: Any, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    def versioning_status(self) -> str | None:
+        """``Enabled``, ``Suspended``, or None (never enabled). No permission to ask → Enabled
+        (can't tell: let the version listing speak)."""
+        try:
+            return self.client.get_bucket_versioning(Bucket=self.name).get("Status")
+        except botocore.exceptions.ClientError as exc:
+            if _code(exc) in ("AccessDenied", "403"):
+                return "Enabled"
+            raise
+
+    def pages(self, prefix: str) -> Iterator[list[Listed]]:
+        """Every object under `prefix`, a listing page (up to 1,000) at a time."""
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.name, Prefix=prefix):
+            yield [Listed(o["Key"], int(o.get("Size", 0)), o["LastModified"], o.get("ETag", ""))
+                   for o in page.get("Contents", ())]
+
+    def versions(self, prefix: str) -> Iterator[ListedVersion]:
+        """Every version and delete marker of the keys under `prefix` (S3's order: per page,
+        versions first, then markers)."""
+        paginator = self.client.get_paginator("list_object_versions")
+        for page in paginator.paginate(Bucket=self.name, Prefix=prefix):
+            for v in page.get("Versions", ()):
+                yield ListedVersion(v["Key"], str(v.get("VersionId") or "null"),
+                                    v["LastModified"], False, bool(v.get("IsLatest")),
+                                    int(v.get("Size", 0)))
+            for m in page.get("DeleteMarkers", ()):
+                yield ListedVersion(m["Key"], str(m.get("VersionId") or "null"),
+                                    m["LastModified"], True, bool(m.get("IsLatest")), None)
+
+    def has_versions_under(self, prefix: str) -> bool:
+        """Whether any version or delete marker has a key under `prefix` (one small request)."""
+        resp = self.client.list_object_versions(Bucket=self.name, Prefix=prefix, MaxKeys=1)
+        return bool(resp.get("Versions") or resp.get("DeleteMarkers"))
+
+    def head(self, key: str, version_id: str | None = None, *,
+             best_effort: bool = False) -> dict[str, Any] | None:
+        """HEAD of the key (or one of its versions); None if it does not exist — or, with
+        `best_effort`, if S3 refuses it for any reason (for details that are nice to show but
+        not needed). User metadata keys come back lower-cased (S3 stores them so; some servers
+        echo the writer's case)."""
+        kwargs: dict[str, Any] = {"Bucket": self.name, "Key": key}
+        if version_id is not None:
+            kwargs["VersionId"] = version_id
+        try:
+            resp = self.client.head_object(**kwargs)
+        except botocore.exceptions.ClientError as exc:
+            if best_effort or _code(exc) in _MISSING:
+                return None
+            raise
+        resp["Metadata"] = {k.lower(): v for k, v in (resp.get("Metadata") or {}).items()}
+        return resp
+
+    def delete(self, keys: Sequence[str]) -> list[tuple[str, str]]:
+        """Delete up to `DELETE_BATCH` keys in one request; (key, reason) of those not deleted."""
+        resp = self.client.delete_objects(Bucket=self.name, Delete={
+            "Objects": [{"Key": k} for k in keys], "Quiet": True})
+        return [(e.get("Key", ""), f"{e.get('Code')} {e.get('Message')}")
+                for e in resp.get("Errors", ())]
+
+    def copy_version(self, key: str, version_id: str, metadata: dict[str, str],
+                     content_type: str) -> str | None:
+        """Copy a version of `key` onto `key` (server side) with new metadata; the new version's
+        id."""
+        resp = self.client.copy_object(
+            Bucket=self.name, Key=key, MetadataDirective="REPLACE", Metadata=metadata,
+            ContentType=content_type,
+            CopySource={"Bucket": self.name, "Key": key, "VersionId": version_id})
+        return resp.get("VersionId")
