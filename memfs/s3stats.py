@@ -27,6 +27,7 @@ class RequestStats:
 
     def attach(self, client: Any) -> None:
         events = client.meta.events
+        events.register("before-parameter-build.s3", self._subject)
         events.register("before-call.s3", self._before)
         events.register("after-call.s3", self._after)
         events.register("after-call-error.s3", self._error)
@@ -34,6 +35,11 @@ class RequestStats:
     def _before(self, params: Any = None, context: Any = None, **_: Any) -> None:
         if context is not None:
             context["memfs_started"] = time.monotonic()
+
+    def _subject(self, params: Any = None, context: Any = None, **_: Any) -> None:
+        """Remember the key (or listing prefix) a call is about, for its debug line."""
+        if context is not None and isinstance(params, dict):
+            context["memfs_key"] = params.get("Key") or params.get("Prefix") or ""
 
     def _after(self, http_response: Any = None, parsed: Any = None, model: Any = None,
                context: Any = None, **_: Any) -> None:
@@ -55,7 +61,9 @@ class RequestStats:
         if log.isEnabledFor(logging.DEBUG):
             started = (context or {}).get("memfs_started")
             ms = (time.monotonic() - started) * 1000 if started else 0.0
-            log.debug("%s -> %s (%s, %d retries, %.0f ms)", op, outcome, detail, retries, ms)
+            key = (context or {}).get("memfs_key", "")
+            log.debug("%s %s -> %s (%s, %d retries, %.0f ms)", op, key, outcome, detail, retries,
+                      ms)
 
     def snapshot(self) -> dict[str, Any]:
         """{"requests": {operation: {outcome: n}}, "total": n, "retries": n}."""

@@ -273,7 +273,7 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def readdir(self, fh: int, start_id: int, token) -> None:
-        entries = self.core.dir_entries(fh)
+        entries = await self.core.dir_entries(fh)
         for i in range(start_id, len(entries)):
             name, node = entries[i]
             if not pyfuse3.readdir_reply(token, name.encode(), self._attrs(node), i + 1):

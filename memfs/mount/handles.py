@@ -90,8 +90,12 @@ class HandleTable:
     killpriv: set[int] = field(default_factory=set)
     # Handles that bypass the kernel's page cache (direct_io; see DataPath._new_handle).
     direct: set[int] = field(default_factory=set)
-    # Directory handles: a snapshot of the entries per handle keeps readdir offsets stable.
-    dirs: dict[int, list[tuple[str, Node]]] = field(default_factory=dict)
+    # Directory handles: the directory's inode, and the snapshot of its entries the first
+    # readdir took (None until then; it keeps readdir offsets stable while the directory
+    # changes). Lazy because most opens of a directory never read it: a path walk by `openat`
+    # (the memory handler pins its root so on every command) must not cost a LIST or a
+    # metadata read per entry.
+    dirs: dict[int, tuple[int, list[tuple[str, Node]] | None]] = field(default_factory=dict)
     _next_fh: int = 1
 
     def new_fh(self) -> int:

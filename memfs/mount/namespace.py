@@ -343,7 +343,22 @@ class Namespace(CoreState):
         return node.symlink_target
 
     async def opendir(self, inode: int) -> int:
-        node = self._dir(inode)
+        """A handle on the directory; its entries are read at the first `dir_entries`."""
+        self._dir(inode)
+        fh = self.handles.new_fh()
+        self.handles.dirs[fh] = (inode, None)
+        return fh
+
+    async def dir_entries(self, fh: int) -> list[tuple[str, Node]]:
+        """``.``, ``..``, then the entries by name: a snapshot taken at the handle's first
+        read (one listing, and the metadata of entries this mount has not read yet)."""
+        inode, entries = self.handles.dirs[fh]
+        if entries is None:
+            entries = await self._snapshot(self._dir(inode))
+            self.handles.dirs[fh] = (inode, entries)
+        return entries
+
+    async def _snapshot(self, node: Node) -> list[tuple[str, Node]]:
         listing = await self._listing(node)
         parent = self.inodes.at(node.parent_path()) or node
         children: list[tuple[str, Node]] = []
@@ -351,11 +366,7 @@ class Namespace(CoreState):
             child = self._sync_child(node, name, listing)
             if child is not None:
                 children.append((name, child))
-        entries = [(".", node), ("..", parent), *await self._with_metadata(children)]
-        fh = self.handles.new_fh()
-        # A snapshot per handle keeps readdir offsets stable while the directory changes.
-        self.handles.dirs[fh] = entries
-        return fh
+        return [(".", node), ("..", parent), *await self._with_metadata(children)]
 
     async def _with_metadata(self, children: list[tuple[str, Node]]) -> list[tuple[str, Node]]:
         """The entries with their stored type, mode, owner and mtime, read where unknown.
@@ -389,12 +400,9 @@ class Namespace(CoreState):
             raise errors[0]
         return [(name, n) for (name, _), n in zip(children, found, strict=True) if n is not None]
 
-    def dir_entries(self, fh: int) -> list[tuple[str, Node]]:
-        """The snapshot ``opendir`` took: ``.``, ``..``, then the entries by name."""
-        return self.handles.dirs[fh]
-
     def releasedir(self, fh: int) -> None:
-        for _name, node in self.handles.dirs.pop(fh, [])[2:]:
+        _inode, entries = self.handles.dirs.pop(fh, (0, None))
+        for _name, node in (entries or [])[2:]:
             if node.nlookup == 0:
                 self.inodes.forget(node.inode, 0)
 

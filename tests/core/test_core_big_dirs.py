@@ -61,7 +61,7 @@ def test_lookups_in_an_expired_big_listing_probe_one_name() -> None:
         assert other is not None and other.size == 2
         # A readdir still re-lists the whole expired directory, and agrees with the probes.
         fh = await core.opendir(big.inode)
-        names = [n for n, _ in core.dir_entries(fh)[2:]]
+        names = [n for n, _ in (await core.dir_entries(fh))[2:]]
         core.releasedir(fh)
         assert {"new", "elsewhere", "sub", "f00002"} <= set(names) and "absent" not in names
         assert len(names) == 1500 + 3

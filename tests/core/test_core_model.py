@@ -150,7 +150,7 @@ class Driver:
             raise OSError(errno.ENOTDIR, "not a directory")
         fh = await self.core.opendir(node.inode)
         try:
-            return [name for name, _ in self.core.dir_entries(fh)[2:]]
+            return [name for name, _ in (await self.core.dir_entries(fh))[2:]]
         finally:
             self.core.releasedir(fh)
 

@@ -49,6 +49,45 @@ def test_memory_commands_cost_what_semantics_promises(proxy: S3Proxy, mount_fact
                  "new_path": "/memories/archive/notes.md"}) == {
         "PUT": 1, "COPY": 1, "DELETE": 1}  # PUT: the new archive/ directory's marker
     assert cost({"command": "delete", "path": "/memories/archive/notes.md"}) == {"DELETE": 1}
+    # At --log-level debug every request is one line naming the operation and its key.
+    log = mounts.log(mnt)
+    for line in ("PutObject notes.md -> ok", "CopyObject archive/notes.md -> ok",
+                 "DeleteObject archive/notes.md -> ok"):
+        assert line in log, line
+
+
+def test_a_tenant_never_pays_for_its_neighbours(proxy: S3Proxy, s3, mount_factory) -> None:
+    """The handler opens every directory on the way to its root on each command (root
+    pinning). Opening a directory reads nothing: only reading its entries does. So a tenant's
+    commands cost the same however many other tenants' directories (written by other mounts,
+    never read by this one) sit next to its own."""
+    for i in range(20):
+        s3.put_object(Bucket="memfs-test", Key=f"users/u{i:02d}/", Body=b"",
+                      Metadata={"mode": str(0o40755)})
+    s3.put_object(Bucket="memfs-test", Key="users/alice/", Body=b"")
+    mount_factory.endpoint = proxy.url
+    mnt = mount_factory("", "--metadata-ttl", "30")
+    h = MemoryHandler(mnt / "users" / "alice")
+    proxy.reset_counts()
+    h.run({"command": "create", "path": "/memories/a.md", "file_text": "x\n"})
+    first = {k: v for k, v in proxy.counts().items() if v}
+    assert first.get("HEAD", 0) + first.get("GET", 0) <= 1, first  # alice's marker at most
+    for old, new in (("x", "y"), ("y", "x"), ("x", "y")):
+        proxy.reset_counts()
+        h.run({"command": "view", "path": "/memories/a.md"})
+        h.run({"command": "str_replace", "path": "/memories/a.md", "old_str": old,
+               "new_str": new})
+        assert {k: v for k, v in proxy.counts().items() if v} == {"PUT": 1}
+    fd = os.open(mnt / "users", os.O_RDONLY | os.O_DIRECTORY)  # open, never read
+    os.close(fd)
+    assert not proxy.counts().get("HEAD") and not proxy.counts().get("GET")
+    # Reading the directory does read each neighbour's marker, once per mount.
+    proxy.reset_counts()
+    assert len(os.listdir(mnt / "users")) == 21
+    assert proxy.counts().get("HEAD", 0) == 20
+    proxy.reset_counts()
+    os.listdir(mnt / "users")
+    assert not proxy.counts().get("HEAD")
 
 
 def test_cold_view_of_a_file_is_list_and_get(proxy: S3Proxy, s3, mount_factory) -> None:
