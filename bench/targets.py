@@ -1,8 +1,9 @@
 """Where benchmark workloads run: the moto server, buckets, and the mounts of each leg.
 
-The processes come from the harness's one launcher and one mount manager (``tests.support.moto``,
-``tests.support.mounts``): moto in its own process (so its GIL does not compete with the clients
-and the proxy), and the three FUSE mounts — memfs, s3fs-fuse and rclone — started against the
+The processes come from the harness's one launcher and one mount manager
+(``tests.support.s3server``, ``tests.support.mounts``): moto in its own process (so its GIL
+does not compete with the clients and the proxy), and the three FUSE mounts — memfs, s3fs-fuse
+and rclone — started against the
 proxy's URL. This module adds what only benchmarks need: buckets filled straight through moto
 (setup is not measured) and boto3 clients for the direct-S3 floor.
 """
@@ -21,9 +22,9 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 
-from tests.support import moto
-from tests.support.moto import KEY_ID, REGION, SECRET
+from tests.support import s3server
 from tests.support.mounts import TOOLS, MountError, Mounts
+from tests.support.s3server import KEY_ID, REGION, SECRET
 
 __all__ = ["TOOLS", "MountError", "create_bucket", "memfs_available", "moto_server", "mounted",
            "populate", "s3_client"]
@@ -42,7 +43,7 @@ def s3_client(url: str, pool: int = 10):
 
 def moto_server() -> contextlib.AbstractContextManager[str]:
     """moto in its own process, so its GIL does not compete with the clients and the proxy."""
-    return moto.moto_server(child_process=True)
+    return s3server.moto_server(child_process=True)
 
 
 def create_bucket(moto_url: str, bucket: str) -> None:

@@ -22,8 +22,8 @@ import requests
 from botocore.config import Config
 
 from memfs.mountinfo import is_mountpoint as is_mounted  # noqa: F401 (many tests import it here)
-from tests.support.moto import moto_server
 from tests.support.mounts import Mounts, memfs_cmd  # noqa: F401 (memfs_cmd: re-exported)
+from tests.support.s3server import moto_server
 
 BUCKET = "memfs-test"
 REGION = "us-east-1"

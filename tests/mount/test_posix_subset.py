@@ -11,28 +11,11 @@ or a mount that does not come up, all fail.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-RUNNER = Path(__file__).resolve().parents[1] / "support" / "posix_run.py"
-
-
-def _load_runner():
-    # By file path: tests/support and tests/mount are not packages on every branch.
-    name = "memfs_posix_run"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, RUNNER)
-        assert spec and spec.loader, RUNNER
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up here
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-posix_run = _load_runner()
+from tests.support import posix_run
 
 # (passing subtests, subtests) per group, measured on memfs with
 # scripts/posix --groups ftruncate,truncate,rmdir,mkdir,symlink (the same in three runs).

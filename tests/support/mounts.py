@@ -14,12 +14,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from memfs.mountinfo import is_mountpoint, wait_for_mount
-from tests.support.moto import KEY_ID, REGION, SECRET, clean_env
+from tests.support.s3server import KEY_ID, REGION, SECRET, clean_env
 
 #: What each kind of mount needs on PATH.
 TOOLS = {"memfs": "fusermount3", "s3fs": "s3fs", "rclone": "rclone"}
@@ -37,8 +38,13 @@ class Mount:
     log: Path
 
 
+#: This checkout: memfs children import it unless the caller set PYTHONPATH (bench.bigdirs
+#: points a leg at another checkout that way).
+REPO = Path(__file__).resolve().parents[2]
+
+
 def memfs_cmd() -> list[str]:
-    """The memfs command of this checkout (the child inherits PYTHONPATH)."""
+    """The memfs command (of this checkout, see `REPO`)."""
     return [sys.executable, "-m", "memfs"]
 
 
@@ -47,7 +53,7 @@ class Mounts:
 
     `env` is the base environment of every child (default: this process's, as it is when the
     mount starts — tests set variables after making the manager); `clean=True` passes it through
-    `moto.clean_env()` (test credentials, no AWS_/MEMFS_/RCLONE_ settings of the caller).
+    `s3server.clean_env()` (test credentials, no AWS_/MEMFS_/RCLONE_ settings of the caller).
     """
 
     def __init__(self, endpoint: str, workdir: Path, *, env: Mapping[str, str] | None = None,
@@ -71,9 +77,9 @@ class Mounts:
 
     def memfs(self, *flags: str, bucket: str, prefix: str = "", mountpoint: Path | None = None,
               endpoint: str | None = None, env: Mapping[str, str] | None = None,
-              log_level: str | None = "debug") -> Path:
+              log_level: str | None = "debug", log: Path | None = None) -> Path:
         """``memfs mount MNT --bucket B --endpoint-url E --foreground [flags]``; the mountpoint."""
-        mnt, log = self._place(mountpoint)
+        mnt, log = self._place(mountpoint, log)
         args = [*memfs_cmd(), "mount", str(mnt), "--bucket", bucket,
                 "--endpoint-url", endpoint or self.endpoint, "--foreground"]
         if log_level:
@@ -82,11 +88,13 @@ class Mounts:
             args += ["--prefix", prefix]
         return self._start("memfs", [*args, *flags], mnt, log, env)
 
-    def peer(self, kind: str, bucket: str, *, endpoint: str | None = None) -> Path:
+    def peer(self, kind: str, bucket: str, *, endpoint: str | None = None,
+             mountpoint: Path | None = None, log: Path | None = None,
+             allow_other: bool = False) -> Path:
         """s3fs-fuse or rclone on `bucket`, set up as the benchmarks compare them."""
         if shutil.which(TOOLS[kind]) is None:
             raise MountError(f"{TOOLS[kind]} not installed (scripts/bootstrap installs it)")
-        mnt, log = self._place(None)
+        mnt, log = self._place(mountpoint, log)
         url = endpoint or self.endpoint
         extra: dict[str, str] = {}
         if kind == "s3fs":
@@ -95,6 +103,8 @@ class Mounts:
             pw.chmod(0o600)
             args = ["s3fs", bucket, str(mnt), "-f", "-o", f"url={url}", "-o",
                     "use_path_request_style", "-o", f"passwd_file={pw}", "-o", f"endpoint={REGION}"]
+            if allow_other:
+                args += ["-o", "allow_other"]
         elif kind == "rclone":
             extra = dict(
                 RCLONE_CONFIG_BENCH_TYPE="s3", RCLONE_CONFIG_BENCH_PROVIDER="Other",
@@ -108,19 +118,23 @@ class Mounts:
             args = ["rclone", "mount", f"bench:{bucket}", str(mnt), "--config", "/dev/null",
                     "--vfs-cache-mode", "writes", "--vfs-write-back", "1s",
                     "--cache-dir", str(mnt.parent / f"{mnt.name}.cache")]
+            if allow_other:
+                args.append("--allow-other")
         else:
             raise ValueError(f"unknown mount kind {kind!r}")
         return self._start(kind, args, mnt, log, extra)
 
-    def _place(self, mountpoint: Path | None) -> tuple[Path, Path]:
+    def _place(self, mountpoint: Path | None, log: Path | None) -> tuple[Path, Path]:
         n = len(self.mounts)
         mnt = mountpoint or self.workdir / f"mnt{n}"
         mnt.mkdir(parents=True, exist_ok=True)
-        return mnt, self.workdir / f"daemon{n}.log"
+        return mnt, log or self.workdir / f"daemon{n}.log"
 
     def _start(self, kind: str, args: list[str], mnt: Path, log: Path,
                env: Mapping[str, str] | None) -> Path:
         child_env = {**self.base_env(), **(env or {})}
+        if kind == "memfs":
+            child_env.setdefault("PYTHONPATH", str(REPO))
         with open(log, "wb") as logf:
             proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=child_env)
@@ -148,11 +162,27 @@ class Mounts:
         m = self._find(mnt)
         if m.proc.poll() is not None:
             raise MountError(f"{mnt} is not a live mount (its daemon exited {m.proc.returncode})")
-        subprocess.run(["fusermount3", "-u", str(mnt)], check=True, capture_output=True)
-        rc = m.proc.wait(timeout=60)
+        rc = self.stop(mnt)
         if rc != 0:
             raise MountError(f"{m.kind} exited {rc}:\n{self.log(mnt)[-4000:]}")
         return self.log(mnt)
+
+    def stop(self, mnt: Path) -> int | None:
+        """Unmount (retrying a few seconds while busy, lazily at last) and wait for the
+        process: its exit status, or None if it had to be killed."""
+        m = self._find(mnt)
+        for attempt in range(20):
+            if not is_mountpoint(mnt):
+                break
+            lazy = ["-z"] if attempt == 19 else []
+            subprocess.run(["fusermount3", "-u", *lazy, str(mnt)], capture_output=True)
+            time.sleep(0.25 if attempt else 0)
+        try:
+            return m.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            m.proc.kill()
+            m.proc.wait()
+            return None
 
     def detach(self, mnt: Path) -> None:
         """Lazy-unmount `mnt` and see its daemon gone, whatever state it is in."""

@@ -18,9 +18,9 @@ since s3fs does not run ``link``), a details file listing the failing subtest nu
 with the line pjdfstest printed for each, optional JSON, and the number of ``Traceback`` lines in
 memfs's daemon logs. ``run_suite`` is the API the CI test (tests/mount/test_posix_subset.py) uses.
 
-Run as ``python tests/support/posix_run.py`` or ``python -m tests.support.posix_run``; it imports
-nothing from the repository (the daemon runs as ``python -m memfs mount`` with this checkout
-first on ``PYTHONPATH``), so the package can be reorganised under it.
+Run as ``python -m tests.support.posix_run`` from the repository's root (``scripts/posix``). The
+moto server and the mounts come from the harness (``tests.support.s3server``,
+``tests.support.mounts``); the daemon runs as ``python -m memfs mount`` from this checkout.
 """
 
 from __future__ import annotations
@@ -30,18 +30,18 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from tests.support.mounts import Mounts
+from tests.support.s3server import moto_server
 
 REPO = Path(__file__).resolve().parents[2]
 GROUPS = ["chmod", "chown", "ftruncate", "mkdir", "open", "rename", "rmdir", "truncate", "unlink",
@@ -49,8 +49,6 @@ GROUPS = ["chmod", "chown", "ftruncate", "mkdir", "open", "rename", "rmdir", "tr
 TARGETS = ["memfs", "s3fs"]
 DEFAULT_TIMEOUT = 300.0  # seconds per .t file
 REGION = "us-east-1"
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-               "AWS_DEFAULT_REGION": REGION}
 TIMEOUT_EXITS = {124, 128 + 9}  # timeout(1): TERM worked / KILL was needed
 
 
@@ -265,27 +263,6 @@ def parse_prove(output: str, tests_dir: Path) -> list[FileResult]:
 # S3 (moto) and the mounts
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def moto_server() -> Iterator[str]:
-    """moto's S3 server on a free loopback port, for the duration; yields its URL."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
 def create_bucket(endpoint: str, bucket: str) -> None:
     import boto3
 
@@ -294,94 +271,24 @@ def create_bucket(endpoint: str, bucket: str) -> None:
                  aws_secret_access_key="testing").create_bucket(Bucket=bucket)
 
 
-def _mountpoints() -> set[str]:
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-        return {re.sub(r"\\(\d{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
-                for line in f if len(line.split()) > 4}
-
-
-def _clean_env(third_party: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("MEMFS_")
-           and k not in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL",
-                         "AWS_ENDPOINT_URL_S3")}
-    env.update(CREDENTIALS)
-    if third_party:
-        env.pop("AWS_CA_BUNDLE", None)
-    return env
-
-
-@dataclass
-class Mount:
-    target: str
-    path: Path
-    proc: subprocess.Popen
-    log: Path
-
-
-def mount(target: str, endpoint: str, bucket: str, path: Path, log_path: Path) -> Mount:
-    """Mount ``bucket`` on ``path`` with memfs or s3fs (foreground, allow_other); wait for it."""
+def mount(mounts: Mounts, target: str, bucket: str, path: Path, log_path: Path) -> Path:
+    """Mount ``bucket`` on ``path`` with memfs or s3fs (foreground, allow_other); wait for it.
+    The suite switches uid/gid, so other users must reach the mount (and its mountpoint)."""
     path.mkdir(parents=True)
     path.chmod(0o755)
     if target == "memfs":
-        env = _clean_env(third_party=False)
-        # This checkout's memfs, whatever the interpreter has installed.
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        args = [sys.executable, "-m", "memfs", "mount", str(path), "--bucket", bucket,
-                "--endpoint-url", endpoint, "--foreground", "--allow-other"]
-    elif target == "s3fs":
-        s3fs = shutil.which("s3fs")
-        if s3fs is None:
-            raise RuntimeError("s3fs-fuse is not installed: run scripts/bootstrap")
-        env = _clean_env(third_party=True)
-        passwd = log_path.with_suffix(".passwd")
-        passwd.write_text("testing:testing\n")
-        passwd.chmod(0o600)
-        args = [s3fs, bucket, str(path), "-f", "-o",
-                f"url={endpoint},use_path_request_style,allow_other,passwd_file={passwd}"]
-    else:
-        raise ValueError(f"unknown target {target!r}")
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                stdin=subprocess.DEVNULL)
-    m = Mount(target, path, proc, log_path)
-    deadline = time.monotonic() + 30
-    while str(path) not in _mountpoints():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            why = (f"exited {proc.returncode}" if proc.poll() is not None
-                   else "did not mount within 30 s")
-            unmount(m)
-            tail = log_path.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"{target} {why}:\n{tail}")
-        time.sleep(0.05)
-    return m
-
-
-def unmount(m: Mount) -> int | None:
-    """Unmount and wait for the daemon; its exit status (None if it had to be killed)."""
-    for attempt in range(20):
-        if str(m.path) not in _mountpoints():
-            break
-        lazy = ["-z"] if attempt == 19 else []
-        subprocess.run(["fusermount3", "-u", *lazy, str(m.path)], capture_output=True)
-        time.sleep(0.25 if attempt else 0)
-    try:
-        return m.proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        m.proc.kill()
-        m.proc.wait()
-        return None
-
-
-# ----------------------------------------------------------------------------------------------
-# Running
+        return mounts.memfs("--allow-other", bucket=bucket, mountpoint=path, log=log_path,
+                            log_level=None)
+    if target == "s3fs":
+        return mounts.peer("s3fs", bucket, mountpoint=path, log=log_path, allow_other=True)
+    raise ValueError(f"unknown target {target!r}")
 
 
 def group_files(tests_dir: Path, group: str) -> list[Path]:
     return sorted((tests_dir / group).rglob("*.t"))
 
 
-def run_group(target: str, group: str, tests_dir: Path, endpoint: str, work: Path,
+def run_group(target: str, group: str, tests_dir: Path, mounts: Mounts, work: Path,
               mnt_root: Path, timeout: float = DEFAULT_TIMEOUT) -> GroupResult:
     """A fresh bucket and mount; ``prove -r -v`` over the group from a fresh directory on it.
 
@@ -394,12 +301,12 @@ def run_group(target: str, group: str, tests_dir: Path, endpoint: str, work: Pat
     if not files:
         result.error = f"no .t files under {tests_dir / group}"
         return result
-    create_bucket(endpoint, bucket)
+    create_bucket(mounts.endpoint, bucket)
     daemon_log = work / f"{target}-{group}.daemon.log"
     try:
         parent = Path(tempfile.mkdtemp(dir=mnt_root))
         parent.chmod(0o755)
-        m = mount(target, endpoint, bucket, parent / group, daemon_log)
+        mnt = mount(mounts, target, bucket, parent / group, daemon_log)
     except RuntimeError as exc:
         result.error = str(exc)
         result.files = [_unrun(tests_dir, f) for f in files]
@@ -407,7 +314,7 @@ def run_group(target: str, group: str, tests_dir: Path, endpoint: str, work: Pat
     prove_out = work / f"{target}-{group}.prove.txt"
     prove_err = work / f"{target}-{group}.stderr.txt"
     try:
-        cwd = m.path / f"pjdfstest-{group}"
+        cwd = mnt / f"pjdfstest-{group}"
         cwd.mkdir(mode=0o755)
         cmd = ["prove", "-r", "-v", "--exec", f"timeout -k 10 {timeout:g} /bin/sh",
                str(tests_dir / group)]
@@ -424,7 +331,7 @@ def run_group(target: str, group: str, tests_dir: Path, endpoint: str, work: Pat
     except OSError as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     finally:
-        result.daemon_exit = unmount(m)
+        result.daemon_exit = mounts.stop(mnt)
         result.seconds = time.monotonic() - start
         if target == "memfs":
             result.tracebacks = daemon_log.read_text(errors="replace").count("Traceback")
@@ -450,9 +357,10 @@ def run_suite(groups: list[str], targets: list[str], work: Path, *,
     with tempfile.TemporaryDirectory(prefix="memfs-posix-mnt-") as mnt_root, \
             moto_server() as endpoint:
         Path(mnt_root).chmod(0o755)  # the suite runs parts of itself as other users
+        mounts = Mounts(endpoint, work, clean=True)
         for group in groups:
             for target in targets:
-                r = run_group(target, group, tests_dir, endpoint, work, Path(mnt_root),
+                r = run_group(target, group, tests_dir, mounts, work, Path(mnt_root),
                               timeout)
                 results.append(r)
                 if progress:

@@ -53,9 +53,9 @@ from tests.support.agents import (
     solo_lost_bytes,
     vm_hwm_kb,
 )
-from tests.support.moto import moto_server
 from tests.support.mounts import Mounts
 from tests.support.s3proxy import INTERNAL_ERROR, RESET, SLOW_DOWN, STALL, Faults, S3Proxy
+from tests.support.s3server import moto_server
 
 BUCKET = "memfs-reliability"
 REGION = "us-east-1"
