@@ -18,6 +18,7 @@ from typing import Any
 
 from memfs.cli import demo, gc, handle, history, install, mount
 from memfs.cli.base import PROG, Parser, dispatch
+from memfs.cli.fuse_conventions import as_mount_argv
 
 #: Subcommands in the order ``memfs --help`` lists them.
 COMMAND_MODULES = (mount, handle, install, history, gc, demo)
@@ -48,4 +49,7 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return dispatch(build_parser(), sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    commands = {name for action in parser._actions
+                if isinstance(action, argparse._SubParsersAction) for name in action.choices}
+    return dispatch(parser, as_mount_argv(sys.argv[1:] if argv is None else argv, commands))

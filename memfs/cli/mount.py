@@ -27,6 +27,7 @@ from memfs.cli.base import (
     command,
     option,
 )
+from memfs.cli.fuse_conventions import SourceError, apply_options, parse_source
 from memfs.mount.config import ConfigError, MountConfig
 from memfs.protocol import XATTR_USAGE
 
@@ -35,11 +36,19 @@ SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 def register(sub: Any) -> None:
     m = command(sub, "mount", cmd_mount, help="mount a bucket prefix on a directory",
-                description="Mount s3://BUCKET/PREFIX on MOUNTPOINT. Each flag can also be set "
-                "as MEMFS_<FLAG> (e.g. MEMFS_BUCKET).")
-    option(m, "mountpoint", nargs="?", env=True, help="empty directory to mount on")
+                description="Mount s3://BUCKET/PREFIX on MOUNTPOINT. SOURCE is BUCKET, "
+                "BUCKET:/PREFIX or s3://BUCKET/PREFIX (or give --bucket/--prefix). Each flag "
+                "can also be set as MEMFS_<FLAG> (e.g. MEMFS_BUCKET; MEMFS_MOUNTPOINT for the "
+                "mountpoint), or as -o flag_name=value like other FUSE filesystems.")
+    m.add_argument("places", nargs="*", metavar="[SOURCE] MOUNTPOINT",
+                   help="what to mount, and the empty directory to mount it on")
+    option(m, "--mountpoint", env=True, help="the mountpoint, if not given as an argument")
+    m.add_argument("-o", dest="o", action="append", default=[], metavar="OPT[,OPT...]",
+                   help="options as mount(8) gives them: any long option as name=value or a "
+                   "flag (allow_other, ro, endpoint_url=..., metadata_ttl=5); mount(8) and "
+                   "systemd options (_netdev, nofail, x-systemd.*) are ignored")
     add_bucket_options(m)
-    option(m, "--foreground", action="store_true", default=None, env=True,
+    option(m, "-f", "--foreground", action="store_true", default=None, env=True,
            help="stay in the foreground (for systemd)")
     option(m, "--read-only", action="store_true", default=None, env=True,
            help="refuse every change with EROFS")
@@ -48,6 +57,14 @@ def register(sub: Any) -> None:
            "made elsewhere show within this time (default 1)")
     option(m, "--cache-dir", metavar="DIR", env=True,
            help="where the background daemon keeps its log (default ~/.cache/memfs)")
+    option(m, "--file-mode", metavar="OCTAL", env=True,
+           help="mode of files whose object carries none (default 0600; see --umask)")
+    option(m, "--dir-mode", metavar="OCTAL", env=True,
+           help="mode of directories (the mount's root included) whose object carries none "
+           "(default 0700)")
+    option(m, "--umask", metavar="OCTAL", env=True,
+           help="derive both from a umask: 022 gives files 0644 and directories 0755 (with "
+           "--allow-other, what lets other users in)")
     option(m, "--uid", env=True, help="owner shown for objects without uid metadata")
     option(m, "--gid", env=True, help="group shown for objects without gid metadata")
     option(m, "--allow-other", action="store_true", default=None, env=True,
@@ -100,14 +117,65 @@ def _size(flag: str, value: str | None) -> int | None:
     return int(number) * SIZE_UNITS[unit]
 
 
+def _mode(flag: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        mode = int(value, 8)
+    except ValueError:
+        raise UsageError(f"{flag}: {value!r} is not an octal mode (e.g. 0644)") from None
+    if not 0 <= mode <= 0o7777:
+        raise UsageError(f"{flag}: {value!r} is not a mode (0000 to 7777)")
+    return mode
+
+
+def _places(args: argparse.Namespace) -> None:
+    """Fold ``[SOURCE] MOUNTPOINT`` into --bucket/--prefix/--mountpoint (which must agree)."""
+    places = args.places
+    if len(places) > 2:
+        raise UsageError(f"memfs mount: too many arguments {places[2:]}: expected [SOURCE] "
+                         "MOUNTPOINT")
+    if places:
+        if args.mountpoint is not None and args.mountpoint != places[-1]:
+            raise UsageError("memfs mount: two mountpoints given")
+        args.mountpoint = places[-1]
+    if len(places) == 2:
+        try:
+            bucket, prefix = parse_source(places[0])
+        except SourceError as exc:
+            raise UsageError(f"memfs mount: {exc}") from None
+        for dest, value in (("bucket", bucket), ("prefix", prefix)):
+            given = getattr(args, dest)
+            if value is not None and given is not None and given.strip("/") != value.strip("/"):
+                raise UsageError(f"memfs mount: SOURCE says {dest} {value!r}, --{dest} says "
+                                 f"{given!r}")
+            if given is None:
+                setattr(args, dest, value)
+
+
 def mount_config(args: argparse.Namespace, twins: Twins) -> MountConfig:
     def pick(dest: str) -> Any:
         return twins.pick(args, dest)
 
+    try:
+        apply_options(args._parser, args, args.o)
+    except SourceError as exc:
+        raise UsageError(f"memfs mount: {exc}") from None
+    _places(args)
     mountpoint = pick("mountpoint")
     if not mountpoint:
         raise UsageError("no mountpoint: give MOUNTPOINT or set MEMFS_MOUNTPOINT")
     kwargs: dict[str, Any] = {}
+    umask = _mode("--umask", pick("umask"))
+    file_mode = _mode("--file-mode", pick("file_mode"))
+    dir_mode = _mode("--dir-mode", pick("dir_mode"))
+    if umask is not None:
+        file_mode = 0o666 & ~umask if file_mode is None else file_mode
+        dir_mode = 0o777 & ~umask if dir_mode is None else dir_mode
+    if file_mode is not None:
+        kwargs["default_file_mode"] = file_mode
+    if dir_mode is not None:
+        kwargs["default_dir_mode"] = dir_mode
     attempts = _number(int, "--s3-attempts", pick("s3_attempts"))
     timeout = _number(float, "--s3-timeout", pick("s3_timeout"))
     if attempts is not None:

@@ -142,7 +142,16 @@ def test_usage_errors_exit_2(tmp_path):
     r = memfs("mount", str(tmp_path), "--bucket", "b", env={"MEMFS_FOREGROUND": "maybe"})
     assert r.returncode == 2 and "MEMFS_FOREGROUND" in r.stderr
     r = memfs("frobnicate")
+    assert r.returncode == 2 and "invalid choice: 'frobnicate'" in r.stderr
+    r = memfs("mount", "bucket-a", str(tmp_path), "--bucket", "bucket-b")
     assert r.returncode == 2
+    assert "SOURCE says bucket 'bucket-a', --bucket says 'bucket-b'" in r.stderr
+    r = memfs("mount", "s3://", str(tmp_path))
+    assert r.returncode == 2 and "expected BUCKET, BUCKET:/PREFIX or s3://BUCKET/PREFIX" in r.stderr
+    r = memfs("mount", "b", str(tmp_path), "x")
+    assert r.returncode == 2 and "too many arguments" in r.stderr
+    r = memfs("mount", "b", str(tmp_path), "--umask", "99")
+    assert r.returncode == 2 and "'99' is not an octal mode" in r.stderr
     r = memfs("umount", str(tmp_path))
     assert r.returncode == 1 and "is not mounted" in r.stderr
 
