@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
     m = command(sub, "mcp", cmd_mcp,
                 help="serve Claude's memory tool as an MCP server (stdio or streamable HTTP)",
                 description="Serve Claude's memory tool on DIR as an MCP server with one tool, "
-                "'memory'. Needs the mcp extra: pip install 'memfs[mcp]'.")
+                "'memory'. Needs the mcp extra: pip install 'memfs-s3[mcp]'.")
     add_mcp_options(m)
 
 
@@ -33,8 +33,8 @@ def cmd_handle(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_mcp(args: argparse.Namespace, ctx: Context) -> int:
     try:
         from memfs.memory import mcp_server
-    except ImportError as err:
-        print(f"memfs mcp: the MCP SDK is not installed ({err.name}); "
-              "install it with: pip install 'memfs[mcp]'", file=ctx.stderr)
+    except ImportError:
+        print("memfs mcp: the MCP SDK is not installed; install it with: "
+              "pip install 'memfs-s3[mcp]'", file=ctx.stderr)
         return 1
     return mcp_server.run(args)

@@ -22,7 +22,7 @@ file and may have been applied.
 
 Built on the official `mcp` SDK's low-level `Server` (exact control of the schema), and works
 with both of its major versions: 1.x registers handlers with decorators, 2.x in the constructor.
-This module imports `mcp` (the optional `memfs[mcp]` extra), never `anthropic`.
+This module imports `mcp` (the optional `memfs-s3[mcp]` extra), never `anthropic`.
 """
 
 from __future__ import annotations
@@ -152,12 +152,9 @@ class _ToolFailure(Exception):
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    import memfs
 
-    try:
-        return version("memfs")
-    except PackageNotFoundError:
-        return "0+unknown"
+    return str(memfs.__version__)
 
 
 def build_server(service: MemoryToolService) -> Server:

@@ -3,7 +3,7 @@
 Owns only the adaptation to the SDK (`anthropic.lib.tools.BetaAbstractMemoryTool`): every command,
 however the SDK parsed it, goes to `MemoryHandler.execute` as a plain mapping, and `CommandError`
 becomes the SDK's `ToolError`, so the runner sends `is_error: true` with our exact text. This is
-the only module that imports `anthropic` (the optional `memfs[anthropic]` extra).
+the only module that imports `anthropic` (the optional `memfs-s3[anthropic]` extra).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from memfs import DISTRIBUTION
 from memfs.ops.errors import OpError
 
 UNIT_NAME = "memfs@.service"
@@ -37,12 +38,16 @@ class InstallError(OpError):
 
 
 def systemd_dir() -> Path:
-    """The repository's ``systemd/`` folder (source checkouts and editable installs)."""
-    here = Path(__file__).resolve().parents[2] / "systemd"
-    if not (here / UNIT_NAME).is_file():
-        raise InstallError(f"cannot find {UNIT_NAME} next to the memfs package (looked in {here}); "
-                           "install memfs from a source checkout")
-    return here
+    """Where the unit files are: the checkout's ``systemd/`` (source checkouts, editable
+    installs), else ``share/memfs-s3/systemd`` of the environment a wheel was installed into
+    (pyproject.toml ships them there as data files)."""
+    places = [Path(__file__).resolve().parents[2] / "systemd",
+              Path(sys.prefix) / "share" / DISTRIBUTION / "systemd"]
+    for here in places:
+        if (here / UNIT_NAME).is_file():
+            return here
+    raise InstallError(f"cannot find {UNIT_NAME} (looked in {', '.join(map(str, places))}); "
+                       "reinstall memfs")
 
 
 def default_exec() -> list[str]:

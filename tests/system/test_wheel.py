@@ -1,0 +1,70 @@
+"""The wheel an operator installs: runtime code only, and everything works outside the checkout.
+
+Builds the wheel from this checkout, installs it (with its dependencies) into a fresh virtualenv
+in a temporary directory, and runs the installed ``memfs`` from a directory that is not the
+checkout: ``--version``, ``install-unit`` (the unit files come from the wheel's data, not from
+``systemd/``), and a clear line for a command whose optional extra is missing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+VERSION = PYPROJECT["project"]["version"]
+
+
+def run(*args: str | Path, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True,
+                         timeout=600)
+    if check:
+        assert out.returncode == 0, f"{args}:\n{out.stdout}\n{out.stderr}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, REPO, cwd=out)
+    (whl,) = out.glob("*.whl")
+    return whl
+
+
+def test_the_wheel_holds_runtime_code_and_the_units(wheel: Path) -> None:
+    assert wheel.name == f"memfs_s3-{VERSION}-py3-none-any.whl"
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert tops == {"memfs", f"memfs_s3-{VERSION}.dist-info", f"memfs_s3-{VERSION}.data"}
+    assert not [n for n in names if "/tests/" in n or n.startswith(("tests/", "bench/"))]
+    assert f"memfs_s3-{VERSION}.dist-info/licenses/LICENSE" in names
+    assert "memfs/py.typed" in names
+    units = {n.rsplit("/", 1)[1] for n in names if "/share/memfs-s3/systemd/" in n}
+    assert units == {p.name for p in (REPO / "systemd").iterdir()}
+    meta = zipfile.ZipFile(wheel).read(f"memfs_s3-{VERSION}.dist-info/METADATA").decode()
+    assert "License-Expression: MIT" in meta and "Name: memfs-s3" in meta
+
+
+def test_installed_into_a_fresh_venv_it_works_outside_the_checkout(wheel: Path,
+                                                                   tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
+    run(venv / "bin" / "pip", "install", "-q", wheel, cwd=tmp_path)
+    memfs = venv / "bin" / "memfs"
+    assert run(memfs, "--version", cwd=tmp_path).stdout == f"memfs {VERSION}\n"
+    run(memfs, "install-unit", "--instance", "work", "--bucket", "my-bucket", "--mountpoint",
+        "/memories", "--unit-dir", tmp_path / "units", "--env-dir", tmp_path / "env",
+        "--no-reload", cwd=tmp_path)
+    unit = (tmp_path / "units" / "memfs@.service").read_text()
+    assert f"ExecStart={memfs} " in unit
+    assert "MEMFS_BUCKET=my-bucket" in (tmp_path / "env" / "work.env").read_text()
+    out = run(memfs, "mcp", "--root", tmp_path, cwd=tmp_path, check=False)
+    assert out.returncode == 1
+    assert out.stderr == ("memfs mcp: the MCP SDK is not installed; install it with: "
+                          "pip install 'memfs-s3[mcp]'\n")
