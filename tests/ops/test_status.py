@@ -1,0 +1,72 @@
+"""``memfs status``: each mount's numbers, equal to what the wire saw, as a table, JSON and
+Prometheus text."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memfs.handler import MemoryHandler
+from tests.support.s3proxy import S3Proxy
+
+NAMES = {"ListObjectsV2": "LIST", "PutObject": "PUT", "GetObject": "GET", "CopyObject": "COPY",
+         "DeleteObject": "DELETE", "HeadObject": "HEAD"}
+
+
+@pytest.fixture
+def proxy(s3, s3_reset: str) -> Iterator[S3Proxy]:
+    with S3Proxy(s3_reset) as p:
+        yield p
+
+
+def status(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memfs", "status", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_status_counts_what_the_wire_saw(proxy: S3Proxy, mount_factory) -> None:
+    proxy.reset_counts()  # from before the mount: its start-up requests count too
+    mount_factory.endpoint = proxy.url
+    mnt = mount_factory("agents/", "--metadata-ttl", "30")
+    h = MemoryHandler(mnt)
+    h.run({"command": "create", "path": "/memories/a.md", "file_text": "one\n"})
+    h.run({"command": "str_replace", "path": "/memories/a.md", "old_str": "one", "new_str": "2"})
+    h.run({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/b.md"})
+    h.run({"command": "view", "path": "/memories"})
+    out = status("--json", str(mnt))
+    assert out.returncode == 0, out.stderr
+    (st,) = json.loads(out.stdout)
+    wire = {k: v for k, v in proxy.counts().items() if v}
+    seen = {NAMES[op]: sum(outcomes.values()) for op, outcomes in st["s3"]["requests"].items()}
+    assert seen == wire
+    assert st["s3"]["total"] == sum(wire.values())
+    assert st["mountpoint"] == str(mnt) and st["source"]["prefix"] == "agents/"
+    assert st["open_files"] == 0 and st["pending_uploads"] == 0 and st["conflicts"] == 0
+
+    # Every memfs mount, when none is named: this one among them, as a table.
+    out = status()
+    assert out.returncode == 0
+    header, *rows = out.stdout.splitlines()
+    assert header.split()[:3] == ["MOUNTPOINT", "SOURCE", "PID"]
+    row = next(r for r in rows if r.startswith(str(mnt) + " "))
+    assert row.split()[1] == "s3://memfs-test/agents/" and row.split()[2] == str(st["pid"])
+
+    prom = status("--prometheus", str(mnt)).stdout
+    for op, outcomes in st["s3"]["requests"].items():
+        for outcome, n in outcomes.items():
+            assert (f'memfs_s3_requests_total{{mountpoint="{mnt}",operation="{op}",'
+                    f'outcome="{outcome}"}} {n}') in prom
+    assert f'memfs_open_files{{mountpoint="{mnt}"}} 0' in prom
+    assert "# TYPE memfs_s3_requests_total counter" in prom
+
+
+def test_status_of_something_that_is_not_a_mount(tmp_path: Path) -> None:
+    out = status(str(tmp_path))
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.startswith(f"memfs: {tmp_path} is not a live memfs mount (")
+    assert len(out.stderr.splitlines()) == 1
