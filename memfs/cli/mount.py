@@ -212,12 +212,39 @@ def mount_config(args: argparse.Namespace, twins: Twins) -> MountConfig:
     )
 
 
+#: syslog priorities by logging level: journald reads a "<N>" line prefix as the priority, so
+#: `journalctl -p warning` shows memfs's warnings.
+SYSLOG_PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
+                   logging.CRITICAL: 2}
+
+
+class JournalFormatter(logging.Formatter):
+    """Lines for journald: ``<N>`` priority first, no timestamp (the journal stamps each)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        prio = SYSLOG_PRIORITY.get(record.levelno, 6)
+        return "\n".join(f"<{prio}>{line}" for line in super().format(record).splitlines())
+
+
+def stderr_is_journal() -> bool:
+    """Whether stderr is the stream systemd connected to the journal (``JOURNAL_STREAM`` names
+    its device and inode; a child whose stderr was redirected must not use the journal's
+    format)."""
+    dev, _, ino = os.environ.get("JOURNAL_STREAM", "").partition(":")
+    try:
+        st = os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError):
+        return False
+    return dev.isdigit() and ino.isdigit() and (st.st_dev, st.st_ino) == (int(dev), int(ino))
+
+
 def setup_logging(level: str) -> None:
-    # Under systemd the journal stamps each line itself.
-    fmt = "%(levelname)s %(name)s: %(message)s"
-    if not os.environ.get("JOURNAL_STREAM"):
-        fmt = "%(asctime)s " + fmt
-    logging.basicConfig(level=level.upper(), format=fmt, stream=sys.stderr, force=True)
+    handler = logging.StreamHandler(sys.stderr)
+    if stderr_is_journal():
+        handler.setFormatter(JournalFormatter("%(levelname)s %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     # botocore's debug output includes signed headers: never let credentials reach a log.
     # pyfuse3's debug output is a line per worker-task start and stop: noise, not diagnosis.
     for noisy in ("botocore", "boto3", "urllib3", "s3transfer", "pyfuse3"):
