@@ -188,20 +188,31 @@ def _request_id(exc: Exception) -> str:
     return "-"
 
 
+def one_line(text: object) -> str:
+    """An exception's text on one line: botocore's validation errors span several ("Parameter
+    validation failed:" then the reason), and a log line or a readiness report keeps only one."""
+    return " ".join(str(text).split())
+
+
 def translate(exc: Exception, op: str, key: str) -> StoreError:
     """Map a boto3/botocore exception to a StoreError, logging it once with the request id."""
     if isinstance(exc, botocore.exceptions.ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
         err = _ERRNO_BY_CODE.get(code, errno.EIO)
-        message = exc.response.get("Error", {}).get("Message", "") or code
+        message = one_line(exc.response.get("Error", {}).get("Message", "") or code)
         level = logging.DEBUG if err in (errno.ENOENT, errno.ESTALE) else logging.WARNING
         log.log(level, "S3 %s %s failed: %s %s (request id %s)", op, key, code, message,
                 _request_id(exc))
         return StoreError(err, f"{op} {key}: {code} {message}", code)
     if isinstance(exc, botocore.exceptions.BotoCoreError | OSError):
-        log.warning("S3 %s %s failed: %s", op, key, exc)
-        return StoreError(errno.EIO, f"{op} {key}: {exc}", type(exc).__name__)
+        log.warning("S3 %s %s failed: %s", op, key, one_line(exc))
+        return StoreError(errno.EIO, f"{op} {key}: {one_line(exc)}", type(exc).__name__)
     raise exc
+
+
+class ClientSetupError(Exception):
+    """boto3 cannot make a client from the settings (an endpoint in ``AWS_ENDPOINT_URL_S3`` that
+    is not a URL, an ``AWS_PROFILE`` that does not exist); ``str()`` is one line."""
 
 
 def make_client(
@@ -227,8 +238,11 @@ def make_client(
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
-    session = boto3.session.Session()
-    return session.client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
+    try:
+        session = boto3.session.Session()
+        return session.client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
+    except (ValueError, botocore.exceptions.BotoCoreError) as exc:
+        raise ClientSetupError(f"cannot set up the S3 client: {one_line(exc)}") from None
 
 
 class Store:

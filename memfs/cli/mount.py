@@ -269,10 +269,15 @@ def cmd_mount(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _log_path(config: MountConfig) -> Path:
-    base = config.cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / PROG
-    base.mkdir(parents=True, exist_ok=True)
+    """Where a background daemon writes its log: ``MEMFS_LOG_PATH``, else under the cache
+    directory (``--cache-dir``, ``$XDG_CACHE_HOME/memfs``, ``~/.cache/memfs``)."""
     tag = hashlib.sha256(str(config.mountpoint).encode()).hexdigest()[:12]
-    return base / f"mount-{tag}.log"
+    if chosen := os.environ.get("MEMFS_LOG_PATH"):
+        path = Path(chosen)
+    else:
+        cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        path = (config.cache_dir or Path(cache) / PROG) / f"mount-{tag}.log"
+    return path
 
 
 def _mount_in_background(config: MountConfig, ctx: Context) -> int:
@@ -285,10 +290,23 @@ def _mount_in_background(config: MountConfig, ctx: Context) -> int:
         argv.append("--foreground")
     log_path = _log_path(config)
     env = {**os.environ, READY_FD_ENV: str(write_end)}
-    with open(log_path, "ab") as logf:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
-                                env=env, pass_fds=(write_end,), start_new_session=True)
-    os.close(write_end)
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        logf = open(log_path, "ab")  # noqa: SIM115 (closed by the with below)
+    except OSError as exc:
+        os.close(read_end)
+        os.close(write_end)
+        return ctx.fail(f"cannot write the log {log_path} ({exc.strerror}): set MEMFS_LOG_PATH "
+                        "or --cache-dir to a writable place, or run with --foreground")
+    try:
+        with logf:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                                    env=env, pass_fds=(write_end,), start_new_session=True)
+    except OSError as exc:
+        os.close(read_end)
+        return ctx.fail(f"cannot start the daemon {argv[0]} ({exc.strerror})")
+    finally:
+        os.close(write_end)
     with os.fdopen(read_end) as ready:
         line = ready.readline().strip()
     if line == "OK":

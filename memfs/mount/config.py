@@ -9,6 +9,7 @@ which this module deliberately does not read: boto3 does.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,27 @@ def normalize_prefix(prefix: str) -> str:
         if p in (".", ".."):
             raise ConfigError(f"--prefix {prefix!r}: '.' and '..' are not allowed in a prefix")
     return "".join(p + "/" for p in parts)
+
+
+#: What boto3 accepts as a bucket name (AWS itself is stricter: 3-63 lowercase characters; an
+#: S3-compatible server may allow more, so memfs refuses only what no request could carry).
+BUCKET_NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
+ENDPOINT_URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
+
+
+def check_bucket(bucket: str) -> None:
+    """Refuse a bucket name no S3 request can carry, before boto3 answers with a long regex."""
+    if not BUCKET_NAME.fullmatch(bucket):
+        raise ConfigError(f"--bucket {bucket!r} is not a bucket name: use letters, digits, "
+                          "'.', '-' and '_' (no spaces, slashes or other characters)")
+
+
+def check_endpoint_url(url: str) -> None:
+    """An endpoint is an http(s) URL; ``127.0.0.1:9000`` alone makes botocore raise a
+    ``ValueError`` deep inside client creation."""
+    if not ENDPOINT_URL.fullmatch(url):
+        hint = f": did you mean http://{url}?" if "://" not in url else ""
+        raise ConfigError(f"--endpoint-url {url!r} is not an http:// or https:// URL{hint}")
 
 
 @dataclass(frozen=True)
@@ -63,6 +85,9 @@ class MountConfig:
     def __post_init__(self) -> None:
         if not self.bucket:
             raise ConfigError("no bucket: pass --bucket or set MEMFS_BUCKET")
+        check_bucket(self.bucket)
+        if self.endpoint_url is not None:
+            check_endpoint_url(self.endpoint_url)
         if self.metadata_ttl < 0:
             raise ConfigError(f"--metadata-ttl must be >= 0 seconds, got {self.metadata_ttl}")
         if self.max_attempts < 1:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ from memfs.mount.config import MountConfig
 from memfs.mount.fs import MemFS
 from memfs.mount.quota import Usage
 from memfs.mountinfo import is_mountpoint
-from memfs.store import Store, StoreError, make_client
+from memfs.store import ClientSetupError, Store, StoreError, make_client
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,39 @@ def check_mountpoint(path: Path) -> None:
         raise MountError(f"mountpoint {path}: permission denied")
     if any(os.scandir(path)):
         raise MountError(f"mountpoint {path} is not empty")
+
+
+FUSE_DEVICE = "/dev/fuse"
+FUSE_CONF = "/etc/fuse.conf"
+
+
+def check_fuse_access(allow_other: bool) -> None:
+    """Say why a mount would fail before libfuse does: it prints the cause to stderr (the log of
+    a background daemon) and reports only "fuse_session_mount failed"."""
+    try:
+        os.close(os.open(FUSE_DEVICE, os.O_RDWR))
+    except OSError as exc:
+        hint = ("run as root or get access to the device (its group, or a udev rule)"
+                if exc.errno in (errno.EACCES, errno.EPERM) else
+                "load the fuse kernel module; in a container pass --device /dev/fuse")
+        raise MountError(f"cannot open {FUSE_DEVICE} ({exc.strerror}): {hint}") from None
+    if os.geteuid() == 0:
+        return
+    # A user other than root mounts through the setuid helper, which has rules of its own.
+    if shutil.which("fusermount3") is None and not os.path.exists("/usr/bin/fusermount3"):
+        raise MountError("fusermount3 not found: users other than root mount through it; "
+                         "install the fuse3 package")
+    if allow_other and not _user_allow_other():
+        raise MountError(f"--allow-other needs 'user_allow_other' in {FUSE_CONF} when not "
+                         "mounting as root")
+
+
+def _user_allow_other() -> bool:
+    try:
+        lines = Path(FUSE_CONF).read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split("#", 1)[0].strip() == "user_allow_other" for line in lines)
 
 
 def explain_store_error(exc: StoreError, config: MountConfig) -> str:
@@ -93,10 +127,14 @@ def run(config: MountConfig) -> int:
     """Mount and serve until unmounted or signalled. Returns the process exit code."""
     try:
         check_mountpoint(config.mountpoint)
-        client = make_client(
-            config.endpoint_url, config.region, max_attempts=config.max_attempts,
-            connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
-            max_connections=config.max_connections)
+        check_fuse_access(config.allow_other)
+        try:
+            client = make_client(
+                config.endpoint_url, config.region, max_attempts=config.max_attempts,
+                connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
+                max_connections=config.max_connections)
+        except ClientSetupError as exc:
+            raise MountError(str(exc)) from None
         store = Store(client, config.bucket, config.prefix)
         try:
             store.check_access()
@@ -123,7 +161,7 @@ def run(config: MountConfig) -> int:
     try:
         pyfuse3.init(fs, str(config.mountpoint), options)
     except RuntimeError as exc:
-        message = f"cannot mount {config.mountpoint}: {exc} (is /dev/fuse available?)"
+        message = f"cannot mount {config.mountpoint}: {exc} (libfuse's reason is in the log)"
         _report_ready(f"ERROR {message}")
         raise MountError(message) from None
     fs.mounted = True

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import botocore.exceptions
 
+from memfs.store import ClientSetupError, one_line
+
 
 class OpError(Exception):
     """An operator command cannot be done; ``str()`` is the line for the user."""
@@ -19,11 +21,13 @@ class OpError(Exception):
 
 
 S3_ERRORS: tuple[type[Exception], ...] = (botocore.exceptions.BotoCoreError,
-                                          botocore.exceptions.ClientError)
+                                          botocore.exceptions.ClientError, ClientSetupError)
 
 
 def describe_s3_error(exc: Exception, bucket: str) -> str:
     """One line for an S3 failure (never credentials, never a traceback)."""
+    if isinstance(exc, ClientSetupError):
+        return str(exc)
     if isinstance(exc, botocore.exceptions.ClientError):
         err = exc.response.get("Error", {})
         code = str(err.get("Code", ""))
@@ -33,10 +37,10 @@ def describe_s3_error(exc: Exception, bucket: str) -> str:
                     "ExpiredToken"):
             return f"S3 refused access to bucket {bucket} ({code}): check the credentials"
         op = exc.operation_name if hasattr(exc, "operation_name") else "request"
-        return f"S3 {op} failed: {code} {err.get('Message', '')}".rstrip()
+        return f"S3 {op} failed: {code} {one_line(err.get('Message', ''))}".rstrip()
     if isinstance(exc, botocore.exceptions.NoCredentialsError):
         return "no AWS credentials found (set AWS_PROFILE or AWS_ACCESS_KEY_ID/" \
                "AWS_SECRET_ACCESS_KEY)"
     if isinstance(exc, botocore.exceptions.EndpointConnectionError):
-        return f"cannot reach the S3 endpoint: {exc}"
-    return f"S3 request failed: {exc}"
+        return f"cannot reach the S3 endpoint: {one_line(exc)}"
+    return f"S3 request failed: {one_line(exc)}"

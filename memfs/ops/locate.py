@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memfs.mount.config import ConfigError, normalize_prefix
+from memfs.mount.config import ConfigError, check_bucket, check_endpoint_url, normalize_prefix
 from memfs.mountinfo import MOUNTINFO, MountEntry, mount_entries
 from memfs.ops.errors import OpError
 from memfs.protocol import FSTYPE as MEMFS_FSTYPE
@@ -47,6 +47,14 @@ class Target:
     region: str | None = None
     mountpoint: Path | None = None
     rel: str = ""  # path below the prefix, no leading or trailing slash; "" = the prefix itself
+
+    def __post_init__(self) -> None:
+        try:
+            check_bucket(self.bucket)
+            if self.endpoint_url is not None:
+                check_endpoint_url(self.endpoint_url)
+        except ConfigError as exc:
+            raise LocateError(str(exc), usage=True) from None
 
     @property
     def key(self) -> str:
