@@ -64,6 +64,10 @@ def option(container: Any, *names: str, help: str, env: bool | str = False,
     return action
 
 
+BUCKET_GROUP = ("bucket (when PATH is not inside a memfs mount)",
+                "A path inside a mounted memfs directory names its bucket and prefix by itself.")
+
+
 def add_bucket_options(parser: Any) -> None:
     """``--bucket``, ``--prefix``, ``--endpoint-url``, ``--region``: where the memories live
     (``mount``, and every command that reads a bucket without a mount)."""

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memfs.cli.base import (
+    BUCKET_GROUP,
     Context,
     add_bucket_options,
     command,
@@ -36,9 +37,6 @@ from memfs.ops.history import (
     restore,
 )
 from memfs.ops.locate import Target
-
-BUCKET_GROUP = ("bucket (when PATH is not inside a memfs mount)",
-                "A path inside a mounted memfs directory names its bucket and prefix by itself.")
 
 
 def register(sub: Any) -> None:

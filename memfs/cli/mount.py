@@ -1,4 +1,4 @@
-"""``memfs mount``, ``memfs umount`` and ``memfs df``: starting, stopping and sizing up a mount.
+"""``memfs mount`` and ``memfs umount``: starting and stopping a mount.
 
 ``mount`` turns its options (each with its ``MEMFS_*`` twin) into a ``MountConfig`` and runs the
 daemon (``memfs.mount.daemon``, imported only here and only when mounting): in the foreground, or
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import logging
 import os
 import subprocess
@@ -29,7 +28,6 @@ from memfs.cli.base import (
 )
 from memfs.cli.fuse_conventions import SourceError, apply_options, parse_source
 from memfs.mount.config import ConfigError, MountConfig
-from memfs.protocol import XATTR_USAGE
 
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -91,9 +89,6 @@ def register(sub: Any) -> None:
 
     u = command(sub, "umount", cmd_umount, help="flush and unmount")
     u.add_argument("mountpoint")
-
-    df = command(sub, "df", cmd_df, help="usage of a mount against its quotas")
-    df.add_argument("mountpoint")
 
 
 def _number(kind: type, flag: str, value: str | None) -> float | int | None:
@@ -338,16 +333,4 @@ def cmd_umount(args: argparse.Namespace, ctx: Context) -> int:
     deadline = time.monotonic() + 10
     while is_mountpoint(path) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return 0
-
-
-def cmd_df(args: argparse.Namespace, ctx: Context) -> int:
-    from memfs.mount.quota import format_df
-
-    path = Path(args.mountpoint).absolute()
-    try:
-        usage = json.loads(os.getxattr(path, XATTR_USAGE))
-    except OSError as exc:
-        return ctx.fail(f"{path} is not a memfs mount ({exc.strerror})")
-    ctx.say(format_df(str(path), usage))
     return 0
