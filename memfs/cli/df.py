@@ -16,6 +16,7 @@ from typing import Any
 
 from memfs.bucket import Bucket
 from memfs.cli.base import BUCKET_GROUP, Context, add_bucket_options, command, locate, on_bucket
+from memfs.cli.completion import DIRECTORY, complete_as
 from memfs.mount.quota import format_df
 from memfs.ops.locate import Target
 from memfs.protocol import XATTR_USAGE
@@ -28,8 +29,8 @@ def register(sub: Any) -> None:
     df = command(sub, "df", cmd_df, help="what a mount's prefix holds, against its quotas",
                  description="Bytes and files under a mount's prefix (or below PATH): the "
                  "running count of a mount that keeps quotas, else one LIST walk of the prefix.")
-    df.add_argument("path", nargs="?", help="a memfs mount or a directory in one (default: "
-                    "--bucket and --prefix)")
+    complete_as(df.add_argument("path", nargs="?", help="a memfs mount or a directory in one "
+                                "(default: --bucket and --prefix)"), DIRECTORY)
     add_bucket_options(df.add_argument_group(*BUCKET_GROUP))
 
 

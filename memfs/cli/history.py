@@ -23,6 +23,7 @@ from memfs.cli.base import (
     on_bucket,
     run_command,
 )
+from memfs.cli.completion import FILE, complete_as
 from memfs.cli.text import fmt_size, table
 from memfs.ops.history import (
     DEFAULT_HISTORY_LIMIT,
@@ -43,7 +44,8 @@ def register(sub: Any) -> None:
     h = command(sub, "history", cmd_history, help="list a file's versions (needs S3 versioning)",
                 description="List a memory file's versions, newest first (needs S3 versioning "
                 "on the bucket).")
-    h.add_argument("path", help="file inside a memfs mount (or below --prefix)")
+    complete_as(h.add_argument("path", help="file inside a memfs mount (or below --prefix)"),
+                FILE)
     h.add_argument("--limit", type=int, default=DEFAULT_HISTORY_LIMIT,
                    help=f"show at most N versions (default {DEFAULT_HISTORY_LIMIT})")
     h.add_argument("--json", action="store_true", help="print a JSON array")
@@ -52,7 +54,8 @@ def register(sub: Any) -> None:
     r = command(sub, "restore", cmd_restore, help="bring back an earlier version of a file",
                 description="Make an earlier version of a memory file its current version again "
                 "(a server-side copy: itself a new version).")
-    r.add_argument("path", help="file inside a memfs mount (or below --prefix)")
+    complete_as(r.add_argument("path", help="file inside a memfs mount (or below --prefix)"),
+                FILE)
     r.add_argument("--version", metavar="ID", help="version id from memfs history (default: the "
                    "newest earlier version that is not a deletion)")
     add_bucket_options(r.add_argument_group(*BUCKET_GROUP))

@@ -26,6 +26,7 @@ from memfs.cli.base import (
     command,
     option,
 )
+from memfs.cli.completion import DIRECTORY, complete_as
 from memfs.cli.fuse_conventions import SourceError, apply_options, parse_source
 from memfs.mount.config import ConfigError, MountConfig
 
@@ -38,9 +39,11 @@ def register(sub: Any) -> None:
                 "BUCKET:/PREFIX or s3://BUCKET/PREFIX (or give --bucket/--prefix). Each flag "
                 "can also be set as MEMFS_<FLAG> (e.g. MEMFS_BUCKET; MEMFS_MOUNTPOINT for the "
                 "mountpoint), or as -o flag_name=value like other FUSE filesystems.")
-    m.add_argument("places", nargs="*", metavar="[SOURCE] MOUNTPOINT",
-                   help="what to mount, and the empty directory to mount it on")
-    option(m, "--mountpoint", env=True, help="the mountpoint, if not given as an argument")
+    complete_as(m.add_argument("places", nargs="*", metavar="[SOURCE] MOUNTPOINT",
+                               help="what to mount, and the empty directory to mount it on"),
+                DIRECTORY)
+    complete_as(option(m, "--mountpoint", env=True,
+                       help="the mountpoint, if not given as an argument"), DIRECTORY)
     m.add_argument("-o", dest="o", action="append", default=[], metavar="OPT[,OPT...]",
                    help="options as mount(8) gives them: any long option as name=value or a "
                    "flag (allow_other, ro, endpoint_url=..., metadata_ttl=5); mount(8) and "
@@ -53,8 +56,9 @@ def register(sub: Any) -> None:
     option(m, "--metadata-ttl", metavar="SECONDS", env=True,
            help="how long listings and attributes are trusted before asking S3 again; changes "
            "made elsewhere show within this time (default 1)")
-    option(m, "--cache-dir", metavar="DIR", env=True,
-           help="where the background daemon keeps its log (default ~/.cache/memfs)")
+    complete_as(option(m, "--cache-dir", metavar="DIR", env=True,
+                       help="where the background daemon keeps its log (default "
+                       "~/.cache/memfs; MEMFS_LOG_PATH names the file itself)"), DIRECTORY)
     option(m, "--file-mode", metavar="OCTAL", env=True,
            help="mode of files whose object carries none (default 0600; see --umask)")
     option(m, "--dir-mode", metavar="OCTAL", env=True,
@@ -88,7 +92,7 @@ def register(sub: Any) -> None:
     option(m, "--log-level", env=True, help="debug, info, warning or error (default info)")
 
     u = command(sub, "umount", cmd_umount, help="flush and unmount")
-    u.add_argument("mountpoint")
+    complete_as(u.add_argument("mountpoint"), DIRECTORY)
 
 
 def _number(kind: type, flag: str, value: str | None) -> float | int | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from memfs.cli.base import Context, command
+from memfs.cli.completion import DIRECTORY, complete_as
 from memfs.cli.text import table
 from memfs.mountinfo import mount_entries
 from memfs.protocol import FSTYPE, XATTR_SOURCE, XATTR_STATS
@@ -26,7 +27,8 @@ def register(sub: Any) -> None:
     s = command(sub, "status", cmd_status, help="what each memfs mount is doing",
                 description="Source, daemon pid, uptime, open files, uploads pending, conflicts, "
                 "cache hits and S3 requests of each memfs mount on this host (or of MOUNTPOINT).")
-    s.add_argument("mountpoint", nargs="?", help="one mount (default: every memfs mount)")
+    complete_as(s.add_argument("mountpoint", nargs="?",
+                               help="one mount (default: every memfs mount)"), DIRECTORY)
     fmt = s.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="one JSON object per mount, in a list")
     fmt.add_argument("--prometheus", action="store_true",

@@ -8,6 +8,7 @@ checkout: ``--version``, ``install-unit`` (the unit files come from the wheel's 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tomllib
@@ -15,6 +16,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import BUCKET
 
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -45,14 +48,16 @@ def test_the_wheel_holds_runtime_code_and_the_units(wheel: Path) -> None:
     assert not [n for n in names if "/tests/" in n or n.startswith(("tests/", "bench/"))]
     assert f"memfs_s3-{VERSION}.dist-info/licenses/LICENSE" in names
     assert "memfs/py.typed" in names
+    assert {"memfs/completion/memfs.bash", "memfs/completion/_memfs"} <= set(names)
+    assert f"memfs_s3-{VERSION}.data/data/share/man/man1/memfs.1" in names
     units = {n.rsplit("/", 1)[1] for n in names if "/share/memfs-s3/systemd/" in n}
     assert units == {p.name for p in (REPO / "systemd").iterdir()}
     meta = zipfile.ZipFile(wheel).read(f"memfs_s3-{VERSION}.dist-info/METADATA").decode()
     assert "License-Expression: MIT" in meta and "Name: memfs-s3" in meta
 
 
-def test_installed_into_a_fresh_venv_it_works_outside_the_checkout(wheel: Path,
-                                                                   tmp_path: Path) -> None:
+def test_installed_into_a_fresh_venv_it_works_outside_the_checkout(wheel: Path, tmp_path: Path,
+                                                                   s3, s3_reset: str) -> None:
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
     run(venv / "bin" / "pip", "install", "-q", wheel, cwd=tmp_path)
@@ -68,3 +73,21 @@ def test_installed_into_a_fresh_venv_it_works_outside_the_checkout(wheel: Path,
     assert out.returncode == 1
     assert out.stderr == ("memfs mcp: the MCP SDK is not installed; install it with: "
                           "pip install 'memfs-s3[mcp]'\n")
+    assert (venv / "share/man/man1/memfs.1").read_text().startswith('.TH MEMFS "1"')
+    assert "complete -o bashdefault -F _shtab_memfs memfs" in run(
+        memfs, "completion", "bash", cwd=tmp_path).stdout
+
+    # The operator's round trip, all from the installed command: mount, status, df, umount.
+    mp = tmp_path / "mp"
+    mp.mkdir()
+    run(memfs, "mount", f"{BUCKET}:/ops", mp, "--endpoint-url", s3_reset, "--cache-dir",
+        tmp_path / "cache", cwd=tmp_path)
+    try:
+        (mp / "a.md").write_text("from the wheel\n")
+        status = json.loads(run(memfs, "status", "--json", mp, cwd=tmp_path).stdout)
+        assert [m["mountpoint"] for m in status] == [str(mp)]
+        assert status[0]["s3"]["requests"]["PutObject"]["ok"] == 1
+        assert "bytes: 15 bytes (no limit)" in run(memfs, "df", mp, cwd=tmp_path).stdout
+    finally:
+        run(memfs, "umount", mp, cwd=tmp_path)
+    assert s3.get_object(Bucket=BUCKET, Key="ops/a.md")["Body"].read() == b"from the wheel\n"
