@@ -50,6 +50,10 @@ DIR_CONTENT_TYPE = "application/x-directory"
 # -- lost races ----------------------------------------------------------------------------------
 #: Top-level folder (under the mount's prefix) where a lost race's bytes are kept.
 CONFLICT_DIR = ".memfs-conflicts"
+#: Key name (under the prefix, plus random hex) of the write a mount makes at start to learn
+#: whether the endpoint enforces conditional writes. It exists only on an endpoint that does not,
+#: and only until the DELETE that follows it.
+WRITE_PROBE = ".memfs-write-probe-"
 
 # -- agent ids -----------------------------------------------------------------------------------
 MAX_AGENT_ID = 200

@@ -5,9 +5,9 @@ it in worker threads (``trio.to_thread``) so the event loop never waits on the n
 
 Layout (see docs/SEMANTICS.md): the file ``a/b.md`` under prefix ``p/`` is the object ``p/a/b.md``;
 an empty directory is a zero-byte marker ``p/a/``; directories implied by deeper keys exist too.
-Attributes follow s3fs-fuse's convention in user metadata: ``mode`` (decimal ``st_mode``, including
-the file type bits), ``uid``, ``gid`` and ``mtime`` (seconds). A symlink is an object whose body is
-the target and whose mode says ``S_IFLNK``, as s3fs writes it.
+Attributes follow s3fs-fuse's convention in user metadata (``memfs.objectmeta`` reads and writes
+it). A symlink is an object whose body is the target and whose mode says ``S_IFLNK``, as s3fs
+writes it.
 
 Errors leave this module as :class:`StoreError` carrying an errno, so exactly one layer (fs.py)
 turns them into ``FUSEError``. Retries are botocore's (standard mode, bounded attempts and
@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import errno
 import logging
-import math
-import stat
+import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,15 +28,8 @@ import boto3
 import botocore.exceptions
 from botocore.config import Config
 
-from memfs.protocol import (
-    META_ATIME,
-    META_CTIME,
-    META_GID,
-    META_MODE,
-    META_MTIME,
-    META_RDEV,
-    META_UID,
-)
+from memfs.objectmeta import ObjectInfo, info_from_metadata
+from memfs.protocol import WRITE_PROBE
 from memfs.s3stats import RequestStats
 
 log = logging.getLogger(__name__)
@@ -81,21 +73,6 @@ class NotModified(Exception):
     """A conditional GET found the cached version still current."""
 
 
-@dataclass(frozen=True)
-class ObjectInfo:
-    """What S3 knows about one object. ``mode`` etc. are None when the object has no metadata."""
-
-    size: int
-    etag: str
-    mtime: float
-    mode: int | None = None
-    uid: int | None = None
-    gid: int | None = None
-    atime: float | None = None
-    ctime: float | None = None
-    rdev: int | None = None
-
-
 @dataclass
 class Listing:
     """One directory's children from a delimited LIST: files by name, subdirectory names."""
@@ -106,74 +83,6 @@ class Listing:
 
     def empty(self) -> bool:
         return not self.files and not self.dirs
-
-
-def metadata_for(mode: int, uid: int, gid: int, mtime: float, *, atime: float | None = None,
-                 ctime: float | None = None, rdev: int = 0) -> dict[str, str]:
-    """s3fs-fuse compatible user metadata for an object (times in whole seconds, as s3fs)."""
-    meta = {META_MODE: str(mode), META_UID: str(uid), META_GID: str(gid),
-            META_MTIME: str(int(mtime))}
-    if atime is not None:
-        meta[META_ATIME] = str(int(atime))
-    if ctime is not None:
-        meta[META_CTIME] = str(int(ctime))
-    if rdev:
-        meta[META_RDEV] = str(rdev)
-    return meta
-
-
-# What object metadata may say. Anything else (negative, huge, NaN, not a number, a file type
-# that does not exist) is what a buggy tool or a hostile writer left: it falls back to the
-# default, with one log line, and never breaks a lookup or a listing.
-_ID_MAX = 2**32 - 2  # (uid_t)-1 means "no change" to chown: not an owner
-_TIME_MAX = 2**37  # year 6325; the kernel's timespec range is far wider, S3 users are not
-_FILE_TYPES = {stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK, stat.S_IFIFO, stat.S_IFCHR,
-               stat.S_IFBLK, stat.S_IFSOCK}
-
-
-def _meta_int(meta: dict[str, str], key: str, lo: int, hi: int, where: str) -> int | None:
-    value = meta.get(key)
-    if value is None:
-        return None
-    try:
-        number = int(value.strip())
-    except ValueError:
-        number = None
-    if number is None or not lo <= number <= hi:
-        log.warning("%s: ignoring invalid x-amz-meta-%s %.40r", where, key, value)
-        return None
-    return number
-
-
-def _meta_time(meta: dict[str, str], key: str, where: str) -> float | None:
-    value = meta.get(key)
-    if value is None:
-        return None
-    try:
-        number = float(value.strip())
-    except ValueError:
-        number = math.nan
-    if not (math.isfinite(number) and 0 <= number <= _TIME_MAX):
-        log.warning("%s: ignoring invalid x-amz-meta-%s %.40r", where, key, value)
-        return None
-    return number
-
-
-def info_from_metadata(size: int, etag: str, last_modified: float, meta: dict[str, str],
-                       where: str) -> ObjectInfo:
-    """An object's attributes from its user metadata, sanitised (see _FILE_TYPES above): the one
-    place bucket metadata becomes attributes."""
-    mode = _meta_int(meta, META_MODE, 0, 0o177777, where)
-    if mode is not None and stat.S_IFMT(mode) not in _FILE_TYPES | {0}:
-        log.warning("%s: ignoring x-amz-meta-%s %o: no such file type", where, META_MODE, mode)
-        mode = None
-    mtime = _meta_time(meta, META_MTIME, where)
-    return ObjectInfo(
-        size=size, etag=etag, mtime=last_modified if mtime is None else mtime, mode=mode,
-        uid=_meta_int(meta, META_UID, 0, _ID_MAX, where),
-        gid=_meta_int(meta, META_GID, 0, _ID_MAX, where),
-        atime=_meta_time(meta, META_ATIME, where), ctime=_meta_time(meta, META_CTIME, where),
-        rdev=_meta_int(meta, META_RDEV, 0, 2**64 - 1, where))
 
 
 def _info_from_head(resp: dict, key: str) -> ObjectInfo:
@@ -272,6 +181,34 @@ class Store:
             self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
         except Exception as exc:
             raise translate(exc, "LIST", f"s3://{self.bucket}/{self.prefix}") from exc
+
+    def enforces_conditional_writes(self) -> bool | None:
+        """Whether the endpoint honours ``If-Match`` on PUT, which every memfs upload relies on
+        to never silently overwrite another writer's version. One PUT that must fail: an
+        ``If-Match`` no object can satisfy, on a key that does not exist. AWS S3 (since 2024),
+        MinIO and moto answer 404/412 and store nothing; a server that ignores the condition
+        stores an empty object, removed again with one DELETE. None: the probe was refused for
+        another reason (a policy without PutObject, an unreachable endpoint), so nothing is
+        known."""
+        key = self.prefix + WRITE_PROBE + secrets.token_hex(8)
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=b"",
+                                   IfMatch='"' + "0" * 32 + '"')
+        except botocore.exceptions.ClientError as exc:
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if status in (404, 412) or code in ("NoSuchKey", "PreconditionFailed"):
+                return True
+            log.debug("conditional-write probe %s: %s", key, code)
+            return None
+        except Exception as exc:  # the probe only informs; the mount goes on
+            log.debug("conditional-write probe %s: %s", key, one_line(exc))
+            return None
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        except Exception as exc:
+            log.warning("could not remove the write probe %s: %s", key, one_line(exc))
+        return False
 
     def head(self, path: str, *, directory: bool = False) -> ObjectInfo | None:
         """The object's attributes, or None if it does not exist (``directory``: its marker)."""

@@ -308,6 +308,9 @@ def _mount_in_background(config: MountConfig, ctx: Context) -> int:
         os.close(write_end)
     with os.fdopen(read_end) as ready:
         line = ready.readline().strip()
+        while line.startswith("WARN "):
+            ctx.error(f"warning: {line[5:]}")
+            line = ready.readline().strip()
     if line == "OK":
         ctx.say(f"{PROG}: mounted {config.source} on {config.mountpoint} (log: {log_path})")
         return 0

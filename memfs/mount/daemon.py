@@ -13,6 +13,7 @@ Order matters here:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -112,7 +113,8 @@ def explain_store_error(exc: StoreError, config: MountConfig) -> str:
 
 
 def _report_ready(message: str) -> None:
-    """Tell a backgrounding parent how the mount went (a line on the readiness pipe)."""
+    """Tell a backgrounding parent how the mount went: the last line on the readiness pipe,
+    ``OK`` or ``ERROR <why>`` (``WARN <what>`` lines may come before it)."""
     fd = os.environ.pop(READY_FD_ENV, None)
     if fd is None:
         return
@@ -121,6 +123,27 @@ def _report_ready(message: str) -> None:
         os.close(int(fd))
     except OSError:
         pass
+
+
+def _report_warning(message: str) -> None:
+    """Log a warning, and show it to the user who is waiting for a background mount."""
+    log.warning("%s", message)
+    fd = os.environ.get(READY_FD_ENV)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.write(int(fd), f"WARN {message}\n".encode())
+
+
+def check_conditional_writes(store: Store, config: MountConfig) -> None:
+    """Warn when the endpoint ignores ``If-Match``: memfs's promise that no writer silently
+    loses an update rests on it (a read-only mount writes nothing and does not ask)."""
+    if config.read_only or store.enforces_conditional_writes() is not False:
+        return
+    endpoint = config.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or "AWS S3"
+    _report_warning(f"the S3 endpoint {endpoint} does not enforce conditional writes "
+                    "(If-Match): two writers can overwrite each other's changes without an "
+                    "error or a conflict copy; use an endpoint that enforces them (AWS S3, "
+                    "MinIO, Ceph RGW)")
 
 
 def run(config: MountConfig) -> int:
@@ -143,6 +166,7 @@ def run(config: MountConfig) -> int:
     except MountError as exc:
         _report_ready(f"ERROR {exc}")
         raise
+    check_conditional_writes(store, config)
 
     fs = MemFS(store, config)
     if fs.usage.tracked:

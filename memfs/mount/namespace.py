@@ -31,7 +31,8 @@ from memfs.mount.nodes import (
     type_bits,
 )
 from memfs.mount.state import Caller, CoreState, fail
-from memfs.store import ObjectInfo, StoreError
+from memfs.objectmeta import ObjectInfo
+from memfs.store import StoreError
 
 # Files up to this size are read whole when their metadata is first needed (see _read_metadata).
 SMALL_FILE = 256 * 1024

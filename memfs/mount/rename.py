@@ -19,7 +19,8 @@ import trio
 from memfs.mount.data import DataPath
 from memfs.mount.nodes import Kind, Node, child_path
 from memfs.mount.state import fail
-from memfs.store import ObjectInfo, StoreError
+from memfs.objectmeta import ObjectInfo
+from memfs.store import StoreError
 
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2

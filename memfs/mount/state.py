@@ -27,7 +27,8 @@ from memfs.mount.content import ContentCache
 from memfs.mount.handles import HandleTable
 from memfs.mount.nodes import ROOT_INODE, InodeTable, Kind, Node
 from memfs.mount.quota import Usage
-from memfs.store import Store, metadata_for
+from memfs.objectmeta import metadata_for
+from memfs.store import Store
 
 NAME_MAX = 255
 KEY_MAX = 1024

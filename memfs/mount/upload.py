@@ -23,7 +23,8 @@ from memfs.mount.handles import OpenFile
 from memfs.mount.namespace import Namespace
 from memfs.mount.nodes import Node
 from memfs.mount.state import fail
-from memfs.store import NotModified, ObjectInfo, StoreError
+from memfs.objectmeta import ObjectInfo
+from memfs.store import NotModified, StoreError
 
 log = logging.getLogger(__name__)
 

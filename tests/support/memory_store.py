@@ -16,7 +16,8 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
-from memfs.store import Listing, NotModified, ObjectInfo, StoreError, info_from_metadata
+from memfs.objectmeta import ObjectInfo, info_from_metadata
+from memfs.store import Listing, NotModified, StoreError
 
 
 class MemoryStore:

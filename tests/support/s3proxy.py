@@ -9,7 +9,10 @@ byte, and on the way
 * sleeps a fixed delay per request, to model a real region's round trip;
 * injects faults, at a seeded random rate or by explicit rules: S3's ``InternalError`` (500) and
   ``SlowDown`` (503) with proper XML error bodies, a TCP reset before or after the server saw the
-  request, or a stall of N seconds.
+  request, or a stall of N seconds;
+* optionally (``ignore_conditions``) plays an S3 server that does not enforce conditional writes:
+  the ``If-Match`` and ``If-None-Match`` headers of writes are dropped before they reach moto
+  (moto checks no signatures, so the request stays valid).
 
 It is an HTTP/1.1 relay written on raw sockets, not on ``http.server``: message framing
 (``Content-Length``, ``Transfer-Encoding: chunked``, HEAD's body-less ``Content-Length``,
@@ -455,6 +458,7 @@ class S3Proxy:
         port: int = 0,
         upstream_timeout_s: float = 120.0,
         idle_timeout_s: float = 300.0,
+        ignore_conditions: bool = False,
     ) -> None:
         up = urlsplit(upstream_url)
         if up.scheme != "http" or not up.hostname:
@@ -475,6 +479,7 @@ class S3Proxy:
         self._threads: set[threading.Thread] = set()
         self._upstream_timeout_s = upstream_timeout_s
         self._idle_timeout_s = idle_timeout_s
+        self.ignore_conditions = ignore_conditions
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", port))
@@ -657,6 +662,9 @@ class S3Proxy:
             self._send_error(client, rec, status, reason, code, message, path, client_keep)
             return client_keep, up
 
+        if self.ignore_conditions and method in ("PUT", "POST"):
+            head = [line for line in head
+                    if not line.lower().startswith((b"if-match:", b"if-none-match:"))]
         # Forward. moto (werkzeug) closes after every response, so upstream connections are
         # usually one-shot; reuse one only when it said keep-alive and is still quiet.
         if up is None or not up.reusable():
