@@ -1,11 +1,11 @@
 """The mount's core: a filesystem over one S3 prefix that knows nothing of FUSE.
 
-The core is four concerns stacked on one shared state, each in a module of its own:
+The core is five concerns stacked on one shared state, each in a module of its own:
 
 * ``state`` — ``CoreState``: the store, config, inode and handle tables, content cache, quota,
   locks and the helpers all layers use;
-* ``namespace`` — names, listings and their freshness, lookups, attributes, directories,
-  unlink and symlinks;
+* ``listings`` — listings and their freshness, names resolved against them;
+* ``namespace`` — lookups, attributes, directories, unlink and symlinks;
 * ``data`` — open files: load, read, write, truncate, upload at flush/fsync, lost races;
 * ``transactions`` — memfs's extended attributes and private transactions (on ``data``);
 * ``rename`` — rename of files and directories, COPY + DELETE (on ``data``).
@@ -26,7 +26,7 @@ from memfs.mount.transactions import Transactions
 
 
 class MemFSCore(Transactions, Renames):
-    """One mount: every operation of the four concerns on one shared state."""
+    """One mount: every operation of the five concerns on one shared state."""
 
     def check_invariants(self) -> None:
         """Raise AssertionError when the mount's state contradicts its written invariants

@@ -1,15 +1,9 @@
-"""Names: listings and their freshness, lookups, attributes, directories, unlink, symlinks.
+"""Names: lookups, attributes, directory handles, mkdir/rmdir, unlink, symlinks, special files.
 
-The bottom layer of the core above its state. A directory's children come from one delimited LIST,
-cached on its node for ``--metadata-ttl`` and kept in step with this mount's own changes
-(``_listing_change``), so a lookup in a listed directory costs nothing. A LIST cannot carry user
-metadata: a name first met in a listing has default mode and owner until ``_read_metadata`` has
-read it (once per mount, before the kernel sees the entry).
-
-Freshness: a listing is fresh for the TTL counted from when its LIST *completed* (a LIST slower
-than the TTL must not be stale on arrival). A LIST that was in flight while this mount changed an
-entry may not show the change, so each directory keeps its recent changes (``Node.recent``) and a
-new listing replays those made after its LIST started (docs/INTERNALS.md).
+Built on ``listings`` (names resolved against cached LISTs). A LIST cannot carry user metadata: a
+name first met in a listing has default mode and owner until ``_read_metadata`` has read it
+(once per mount, before the kernel sees the entry). Concurrent reads of one entry's metadata or
+attributes share one request (``CoreState.flights``).
 """
 
 from __future__ import annotations
@@ -21,6 +15,7 @@ import time
 import trio
 
 from memfs import protocol
+from memfs.mount.listings import Listings
 from memfs.mount.nodes import (
     ROOT_INODE,
     DirCache,
@@ -30,148 +25,15 @@ from memfs.mount.nodes import (
     kind_of_mode,
     type_bits,
 )
-from memfs.mount.state import Caller, CoreState, fail
-from memfs.objectmeta import ObjectInfo
+from memfs.mount.state import Caller, fail
 from memfs.store import StoreError
 
 # Files up to this size are read whole when their metadata is first needed (see _read_metadata).
 SMALL_FILE = 256 * 1024
-# A directory with more entries than one LIST page: once its listing expires, single names are
-# probed (_probe) instead of re-listing all of it.
-BIG_DIR = 1000
 
 
-class Namespace(CoreState):
+class Namespace(Listings):
     """Names and attributes (see the module docstring)."""
-
-    async def _listing(self, dnode: Node) -> DirCache:
-        """The directory's children: cached if fresh, else one (paginated) LIST."""
-        if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
-            return dnode.listing
-        lock = self._list_locks.setdefault(dnode.inode, trio.Lock())
-        async with lock:
-            if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
-                return dnode.listing
-            path = dnode.path
-            started = time.time()
-            listing = await self._s3(self.store.list_dir, path)
-            # Fresh from when it arrived: a LIST slower than the TTL must not be stale on arrival
-            # (every lookup would list again).
-            cache = DirCache(listing.files, listing.dirs, time.time(), listing.has_marker,
-                             started)
-            for name, (when, what) in list(dnode.recent.items()):
-                if when >= started:
-                    cache.apply(name, what)  # may have finished after S3 answered the LIST
-                else:
-                    del dnode.recent[name]  # S3 had it before the LIST began
-            # Files this mount created but has not uploaded yet are not in S3: keep them.
-            for of in self.handles.states():
-                n = of.node
-                if of.is_new and not n.detached and n.parent_path() == path and n.path:
-                    cache.files[n.name()] = ObjectInfo(n.size, "", n.mtime)
-            if dnode.listing is not None and set(dnode.listing.names()) != set(cache.names()):
-                self._touch_dir(dnode)  # entries changed elsewhere: as far as we can know, now
-            dnode.listing = cache
-            return cache
-
-    def _sync_child(self, parent: Node, name: str, listing: DirCache) -> Node | None:
-        """Bring the node for ``parent/name`` in line with the listing; None if it is gone."""
-        path = child_path(parent.path, name)
-        node = self.inodes.at(path)
-        kind = listing.kind_of(name)
-        now = listing.fetched_at
-        if node is not None and self._is_local(node):
-            return node
-        if kind is None:
-            if node is not None:
-                self.inodes.detach(path)
-            return None
-        if node is not None and (node.kind is Kind.DIR) != (kind is Kind.DIR):
-            self.inodes.detach(path)  # replaced remotely by an entry of the other kind
-            node = None
-        cfg = self.config
-        if kind is Kind.DIR:
-            return self._dir_node(path, node, now)
-        info = listing.files[name]
-        if node is None:
-            node = self.inodes.add(path, Kind.FILE, stat.S_IFREG | cfg.default_file_mode,
-                                   cfg.uid, cfg.gid)
-        if node.etag == info.etag:
-            node.validated_at = max(node.validated_at, now)  # what we know is still current
-        elif info.etag and node.validated_at < listing.started:
-            # Only a listing sent after we last learned about the file may correct us: an
-            # older one would take size and ETag back to a version already replaced.
-            node.apply_info(info, now)
-            if node.nlookup:
-                self.kernel.forget_attrs(node.inode)
-        return node
-
-    def _dir_node(self, path: str, node: Node | None, now: float) -> Node:
-        """The node for a directory S3 showed at ``path`` at ``now``: ``node`` if one stands
-        for it, else a new one with the defaults (until its marker is read) and, as mtime, the
-        mount's start (stable: `tar` must not see a directory change between two stats)."""
-        if node is None:
-            cfg = self.config
-            node = self.inodes.add(path, Kind.DIR, stat.S_IFDIR | cfg.default_dir_mode,
-                                   cfg.uid, cfg.gid)
-            node.mtime = self.started
-        node.validated_at = max(node.validated_at, now)
-        return node
-
-    async def _resolve(self, parent: Node, name: str, *, for_create: bool = False) -> Node | None:
-        """The node for ``parent/name``, or None. ``for_create`` accepts a stale listing's "no":
-        the kernel has just looked the name up, and the conditional PUT (If-None-Match) catches
-        a creation elsewhere in between, so a big directory is not re-listed per create."""
-        node = self.inodes.at(child_path(parent.path, name))
-        if node is not None and (self._fresh(node.validated_at) or self._is_local(node)):
-            return node
-        stale = parent.listing
-        if for_create and node is None and stale is not None and stale.kind_of(name) is None:
-            return None
-        if stale is not None and len(stale.files) + len(stale.dirs) > BIG_DIR \
-                and not self._fresh(stale.fetched_at):
-            return await self._probe(parent, name)
-        listing = await self._listing(parent)
-        return self._sync_child(parent, name, listing)
-
-    async def _probe(self, parent: Node, name: str) -> Node | None:
-        """``_resolve`` in a big directory whose listing has expired: ask S3 about this one
-        name (one LIST of the keys starting with it) instead of re-listing thousands of
-        entries for every `cat`, `stat` or create. The expired listing takes the answer, so
-        a readdir that re-lists later stays consistent with it."""
-        path = child_path(parent.path, name)
-        found = await self._s3(self.store.probe, path)
-        now = time.time()
-        node = self.inodes.at(path)
-        if node is not None and self._is_local(node):
-            return node  # became this mount's own while S3 answered
-        if parent.listing is not None:
-            what: object = None
-            if found is True:
-                what = Kind.DIR
-            elif isinstance(found, ObjectInfo):
-                what = ObjectInfo(found.size, found.etag, found.mtime)
-            parent.listing.apply(name, what)
-        if found is None:
-            if node is not None:
-                self.inodes.detach(path)
-            return None
-        kind = Kind.DIR if found is True else kind_of_mode(
-            found.mode if isinstance(found, ObjectInfo) else None)
-        if node is not None and node.kind is not kind:
-            self.inodes.detach(path)  # replaced by an entry of another kind
-            node = None
-        if kind is Kind.DIR:
-            return self._dir_node(path, node, now)
-        cfg = self.config
-        assert isinstance(found, ObjectInfo)
-        if node is None:
-            node = self.inodes.add(path, kind, type_bits(kind, found.mode) | cfg.default_file_mode,
-                                   cfg.uid, cfg.gid)
-        if node.etag != found.etag and node.nlookup:
-            self.kernel.forget_attrs(node.inode)
-        node.apply_info(found, now)  # size and version; its metadata is read at lookup
-        return node
 
     async def _new_name(self, parent_inode: int, name: str, *,
                         directory: bool) -> tuple[Node, str]:
@@ -190,30 +52,6 @@ class Namespace(CoreState):
         if node is None:
             raise fail(errno.ENOENT)
         return node
-
-    def _listing_add(self, parent_path: str, name: str, node: Node) -> None:
-        what = Kind.DIR if node.kind is Kind.DIR else ObjectInfo(node.size, node.etag or "",
-                                                                  node.mtime)
-        self._listing_change(parent_path, name, what)
-
-    def _listing_remove(self, parent_path: str, name: str) -> None:
-        self._listing_change(parent_path, name, None)
-
-    def _listing_change(self, parent_path: str, name: str, what: object) -> None:
-        parent = self.inodes.at(parent_path)
-        if parent is None:
-            return
-        parent.recent[name] = (time.time(), what)
-        if parent.listing is not None:
-            if (parent.listing.kind_of(name) is None) != (what is None):
-                self._touch_dir(parent)  # an entry came or went
-            parent.listing.apply(name, what)
-
-    def _touch_dir(self, dnode: Node) -> None:
-        """A directory's entries changed: its mtime and ctime move (kept in memory only: a
-        marker rewrite per change would cost a PUT; see SEMANTICS.md)."""
-        dnode.mtime = dnode.ctime = time.time()
-        self.kernel.forget_attrs(dnode.inode)
 
     async def _keep_directory(self, dnode: Node) -> None:
         """A directory that existed only through its children must outlive its last one.
@@ -256,6 +94,15 @@ class Namespace(CoreState):
         and the bytes wait in the content cache for the open() that usually follows.
         Returns the node to use (a new one if the type changed), or None if it is gone.
         """
+        async with self.flights.hold(node.path):
+            if node.meta_known or node.detached:
+                # Another caller read it while this one waited: use what it found (a node of
+                # another type replaces this one at the path; a vanished entry leaves none).
+                return node if node.meta_known and not node.detached else \
+                    self.inodes.at(node.path)
+            return await self._read_metadata_once(node)
+
+    async def _read_metadata_once(self, node: Node) -> Node | None:
         path = node.path
         now = time.time()
         if node.kind is Kind.DIR:
@@ -311,6 +158,13 @@ class Namespace(CoreState):
         if node.detached or inode in self.handles.shared or (
                 self._fresh(node.validated_at) and node.meta_known):
             return node, True
+        async with self.flights.hold(node.path):
+            if not node.detached and self._fresh(node.validated_at) and node.meta_known:
+                return node, True  # revalidated by the caller this one waited for
+            return await self._revalidate(node)
+
+    async def _revalidate(self, node: Node) -> tuple[Node, bool]:
+        """``getattr``'s HEAD of a file whose attributes are older than the TTL."""
         info = await self._s3(self.store.head, node.path)
         if info is None:
             self.inodes.detach(node.path)

@@ -27,6 +27,7 @@ from memfs.mount.content import ContentCache
 from memfs.mount.handles import HandleTable
 from memfs.mount.nodes import ROOT_INODE, InodeTable, Kind, Node
 from memfs.mount.quota import Usage
+from memfs.mount.singleflight import SingleFlight
 from memfs.objectmeta import metadata_for
 from memfs.store import Store
 
@@ -102,7 +103,8 @@ class CoreState:
     INVARIANT: ``inodes``, ``handles`` and ``content`` each satisfy their ``check_invariants``;
     every open state's node is in ``inodes`` unless detached.
     GUARDED BY: the trio thread. ``ns_lock`` serialises namespace changes (create, unlink,
-    rename, mkdir, rmdir, symlink); ``_list_locks[inode]`` makes one LIST per directory at a time.
+    rename, mkdir, rmdir, symlink); ``_list_locks[inode]`` makes one LIST per directory at a time;
+    ``flights`` one attribute or metadata read per path at a time.
     """
 
     def __init__(self, store: Store, config: MountConfig, kernel: Kernel | None = None) -> None:
@@ -120,6 +122,8 @@ class CoreState:
         # sees a half-created entry; reads and data transfers run concurrently.
         self.ns_lock = trio.Lock()
         self._list_locks: dict[int, trio.Lock] = {}
+        # One HEAD/GET at a time per path for attribute revalidations and first metadata reads.
+        self.flights = SingleFlight()
         self.writer = f"{socket.gethostname()}/{config.instance}"
         self.usage = Usage(config.max_file_size, config.max_total_bytes, config.max_files)
         # The mtime of a directory that has no marker metadata: stable for the mount's life (a

@@ -1,0 +1,184 @@
+"""Names resolved against listings: the bottom layer of the core above its state.
+
+A directory's children come from one delimited LIST, cached on its node for ``--metadata-ttl``
+and kept in step with this mount's own changes (``_listing_change``), so a lookup in a listed
+directory costs nothing. In a big directory whose listing has expired, one name is probed
+(``_probe``: a LIST of the keys starting with it) instead of re-listing everything.
+
+Freshness: a listing is fresh for the TTL counted from when its LIST *completed* (a LIST slower
+than the TTL must not be stale on arrival). A LIST that was in flight while this mount changed an
+entry may not show the change, so each directory keeps its recent changes (``Node.recent``) and a
+new listing replays those made after its LIST started (docs/INTERNALS.md).
+"""
+
+from __future__ import annotations
+
+import stat
+import time
+
+import trio
+
+from memfs.mount.nodes import DirCache, Kind, Node, child_path, kind_of_mode, type_bits
+from memfs.mount.state import CoreState
+from memfs.objectmeta import ObjectInfo
+
+# A directory with more entries than one LIST page: once its listing expires, single names are
+# probed (_probe) instead of re-listing all of it.
+BIG_DIR = 1000
+
+
+class Listings(CoreState):
+    """Listings and the names resolved against them (see the module docstring)."""
+
+    async def _listing(self, dnode: Node) -> DirCache:
+        """The directory's children: cached if fresh, else one (paginated) LIST."""
+        if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
+            return dnode.listing
+        lock = self._list_locks.setdefault(dnode.inode, trio.Lock())
+        async with lock:
+            if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
+                return dnode.listing
+            path = dnode.path
+            started = time.time()
+            listing = await self._s3(self.store.list_dir, path)
+            # Fresh from when it arrived: a LIST slower than the TTL must not be stale on arrival
+            # (every lookup would list again).
+            cache = DirCache(listing.files, listing.dirs, time.time(), listing.has_marker,
+                             started)
+            for name, (when, what) in list(dnode.recent.items()):
+                if when >= started:
+                    cache.apply(name, what)  # may have finished after S3 answered the LIST
+                else:
+                    del dnode.recent[name]  # S3 had it before the LIST began
+            # Files this mount created but has not uploaded yet are not in S3: keep them.
+            for of in self.handles.states():
+                n = of.node
+                if of.is_new and not n.detached and n.parent_path() == path and n.path:
+                    cache.files[n.name()] = ObjectInfo(n.size, "", n.mtime)
+            if dnode.listing is not None and set(dnode.listing.names()) != set(cache.names()):
+                self._touch_dir(dnode)  # entries changed elsewhere: as far as we can know, now
+            dnode.listing = cache
+            return cache
+
+    def _sync_child(self, parent: Node, name: str, listing: DirCache) -> Node | None:
+        """Bring the node for ``parent/name`` in line with the listing; None if it is gone."""
+        path = child_path(parent.path, name)
+        node = self.inodes.at(path)
+        kind = listing.kind_of(name)
+        now = listing.fetched_at
+        if node is not None and self._is_local(node):
+            return node
+        if kind is None:
+            if node is not None:
+                self.inodes.detach(path)
+            return None
+        if node is not None and (node.kind is Kind.DIR) != (kind is Kind.DIR):
+            self.inodes.detach(path)  # replaced remotely by an entry of the other kind
+            node = None
+        cfg = self.config
+        if kind is Kind.DIR:
+            return self._dir_node(path, node, now)
+        info = listing.files[name]
+        if node is None:
+            node = self.inodes.add(path, Kind.FILE, stat.S_IFREG | cfg.default_file_mode,
+                                   cfg.uid, cfg.gid)
+        if node.etag == info.etag:
+            node.validated_at = max(node.validated_at, now)  # what we know is still current
+        elif info.etag and node.validated_at < listing.started:
+            # Only a listing sent after we last learned about the file may correct us: an
+            # older one would take size and ETag back to a version already replaced.
+            node.apply_info(info, now)
+            if node.nlookup:
+                self.kernel.forget_attrs(node.inode)
+        return node
+
+    def _dir_node(self, path: str, node: Node | None, now: float) -> Node:
+        """The node for a directory S3 showed at ``path`` at ``now``: ``node`` if one stands
+        for it, else a new one with the defaults (until its marker is read) and, as mtime, the
+        mount's start (stable: `tar` must not see a directory change between two stats)."""
+        if node is None:
+            cfg = self.config
+            node = self.inodes.add(path, Kind.DIR, stat.S_IFDIR | cfg.default_dir_mode,
+                                   cfg.uid, cfg.gid)
+            node.mtime = self.started
+        node.validated_at = max(node.validated_at, now)
+        return node
+
+    async def _resolve(self, parent: Node, name: str, *, for_create: bool = False) -> Node | None:
+        """The node for ``parent/name``, or None. ``for_create`` accepts a stale listing's "no":
+        the kernel has just looked the name up, and the conditional PUT (If-None-Match) catches
+        a creation elsewhere in between, so a big directory is not re-listed per create."""
+        node = self.inodes.at(child_path(parent.path, name))
+        if node is not None and (self._fresh(node.validated_at) or self._is_local(node)):
+            return node
+        stale = parent.listing
+        if for_create and node is None and stale is not None and stale.kind_of(name) is None:
+            return None
+        if stale is not None and len(stale.files) + len(stale.dirs) > BIG_DIR \
+                and not self._fresh(stale.fetched_at):
+            return await self._probe(parent, name)
+        listing = await self._listing(parent)
+        return self._sync_child(parent, name, listing)
+
+    async def _probe(self, parent: Node, name: str) -> Node | None:
+        """``_resolve`` in a big directory whose listing has expired: ask S3 about this one
+        name (one LIST of the keys starting with it) instead of re-listing thousands of
+        entries for every `cat`, `stat` or create. The expired listing takes the answer, so
+        a readdir that re-lists later stays consistent with it."""
+        path = child_path(parent.path, name)
+        found = await self._s3(self.store.probe, path)
+        now = time.time()
+        node = self.inodes.at(path)
+        if node is not None and self._is_local(node):
+            return node  # became this mount's own while S3 answered
+        if parent.listing is not None:
+            what: object = None
+            if found is True:
+                what = Kind.DIR
+            elif isinstance(found, ObjectInfo):
+                what = ObjectInfo(found.size, found.etag, found.mtime)
+            parent.listing.apply(name, what)
+        if found is None:
+            if node is not None:
+                self.inodes.detach(path)
+            return None
+        kind = Kind.DIR if found is True else kind_of_mode(
+            found.mode if isinstance(found, ObjectInfo) else None)
+        if node is not None and node.kind is not kind:
+            self.inodes.detach(path)  # replaced by an entry of another kind
+            node = None
+        if kind is Kind.DIR:
+            return self._dir_node(path, node, now)
+        cfg = self.config
+        assert isinstance(found, ObjectInfo)
+        if node is None:
+            node = self.inodes.add(path, kind, type_bits(kind, found.mode) | cfg.default_file_mode,
+                                   cfg.uid, cfg.gid)
+        if node.etag != found.etag and node.nlookup:
+            self.kernel.forget_attrs(node.inode)
+        node.apply_info(found, now)  # size and version; its metadata is read at lookup
+        return node
+
+    def _listing_add(self, parent_path: str, name: str, node: Node) -> None:
+        what = Kind.DIR if node.kind is Kind.DIR else ObjectInfo(node.size, node.etag or "",
+                                                                  node.mtime)
+        self._listing_change(parent_path, name, what)
+
+    def _listing_remove(self, parent_path: str, name: str) -> None:
+        self._listing_change(parent_path, name, None)
+
+    def _listing_change(self, parent_path: str, name: str, what: object) -> None:
+        parent = self.inodes.at(parent_path)
+        if parent is None:
+            return
+        parent.recent[name] = (time.time(), what)
+        if parent.listing is not None:
+            if (parent.listing.kind_of(name) is None) != (what is None):
+                self._touch_dir(parent)  # an entry came or went
+            parent.listing.apply(name, what)
+
+    def _touch_dir(self, dnode: Node) -> None:
+        """A directory's entries changed: its mtime and ctime move (kept in memory only: a
+        marker rewrite per change would cost a PUT; see SEMANTICS.md)."""
+        dnode.mtime = dnode.ctime = time.time()
+        self.kernel.forget_attrs(dnode.inode)
