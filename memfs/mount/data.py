@@ -35,8 +35,8 @@ class DataPath(Upload):
 
     async def create(self, parent_inode: int, text: str, mode: int, flags: int,
                      ctx: Caller) -> tuple[Opened, Node]:
-        async with self.ns_lock:
-            parent = self._dir(parent_inode)
+        parent = self._dir(parent_inode)
+        async with self.ns_locks.claim(dirs=[parent.path]):
             self._writable(child_path(parent.path, text))
             existing = await self._resolve(parent, text, for_create=True)
             if existing is not None:

@@ -262,7 +262,7 @@ class Namespace(Listings):
                 self.inodes.forget(node.inode, 0)
 
     async def mkdir(self, parent_inode: int, text: str, mode: int, ctx: Caller) -> Node:
-        async with self.ns_lock:
+        async with self.ns_locks.claim(dirs=[self._dir(parent_inode).path]):
             parent, path = await self._new_name(parent_inode, text, directory=True)
             now = time.time()
             dir_mode = stat.S_IFDIR | stat.S_IMODE(mode)
@@ -277,8 +277,10 @@ class Namespace(Listings):
             return node
 
     async def rmdir(self, parent_inode: int, text: str) -> None:
-        async with self.ns_lock:
-            parent = self._dir(parent_inode)
+        parent = self._dir(parent_inode)
+        # The directory itself too: a create inside it must not slip in after the emptiness
+        # check.
+        async with self.ns_locks.claim(dirs=[parent.path, child_path(parent.path, text)]):
             self._writable(child_path(parent.path, text))
             node = await self._existing(parent, text)
             if node.kind is not Kind.DIR:
@@ -290,8 +292,8 @@ class Namespace(Listings):
             self._listing_remove(parent.path, text)
 
     async def unlink(self, parent_inode: int, text: str) -> None:
-        async with self.ns_lock:
-            parent = self._dir(parent_inode)
+        parent = self._dir(parent_inode)
+        async with self.ns_locks.claim(dirs=[parent.path]):
             self._writable(child_path(parent.path, text))
             node = await self._existing(parent, text)
             if node.kind is Kind.DIR:
@@ -319,7 +321,7 @@ class Namespace(Listings):
     async def _make_object(self, parent_inode: int, text: str, mode: int, body: bytes,
                            ctx: Caller, *, rdev: int = 0) -> Node:
         """A new symlink or special file: one PUT, If-None-Match: *."""
-        async with self.ns_lock:
+        async with self.ns_locks.claim(dirs=[self._dir(parent_inode).path]):
             parent, path = await self._new_name(parent_inode, text, directory=False)
             self._check_file_count()
             now = time.time()

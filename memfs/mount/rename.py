@@ -33,40 +33,58 @@ class Renames(DataPath):
                      flags: int) -> None:
         if flags & RENAME_EXCHANGE:
             raise fail(errno.EINVAL)
-        async with self.ns_lock:
-            src_parent, dst_parent = self._dir(old_parent), self._dir(new_parent)
-            self._writable(child_path(src_parent.path, src_name),
-                           child_path(dst_parent.path, dst_name))
-            src = await self._existing(src_parent, src_name)
-            dst = await self._resolve(dst_parent, dst_name)
-            if dst is src:
+        src_parent, dst_parent = self._dir(old_parent), self._dir(new_parent)
+        src_path = child_path(src_parent.path, src_name)
+        dst_path = child_path(dst_parent.path, dst_name)
+        # Claimed: both parents; for a directory also its whole subtree (every path in it
+        # moves) and the destination, which it may replace (whose emptiness is checked). The
+        # kind is what this mount knows; should S3 say otherwise, claim again.
+        known = self.inodes.at(src_path)
+        moving_dir = known is None or known.kind is Kind.DIR
+        while True:
+            trees = [src_path, dst_path] if moving_dir else []
+            async with self.ns_locks.claim(dirs=[src_parent.path, dst_parent.path],
+                                           trees=trees):
+                self._writable(src_path, dst_path)
+                src = await self._existing(src_parent, src_name)
+                if src.kind is Kind.DIR and not moving_dir:
+                    moving_dir = True
+                    continue
+                await self._rename_claimed(src, src_parent, src_name, dst_parent, dst_name,
+                                           flags)
                 return
-            if dst is not None and flags & RENAME_NOREPLACE:
-                raise fail(errno.EEXIST)
-            dst_path = child_path(dst_parent.path, dst_name)
-            if src.kind is Kind.DIR:
-                if dst_path.startswith(src.path + "/"):
-                    raise fail(errno.EINVAL)
-                if dst is not None:
-                    if dst.kind is not Kind.DIR:
-                        raise fail(errno.ENOTDIR)
-                    if (await self._listing(dst)).names():
-                        raise fail(errno.ENOTEMPTY)
-                self._check_key(dst_path, directory=True)
-                await self._rename_dir(src, dst_path, dst)
-            else:
-                if dst is not None and dst.kind is Kind.DIR:
-                    raise fail(errno.EISDIR)
-                self._check_key(dst_path)
-                await self._rename_file(src, dst_path, replacing=dst is not None)
-                if dst is not None:
-                    self.usage.removed(dst.size)
-            src_path = src.path
-            self.inodes.move(src_path, dst_path)
-            self.content.move(src_path, dst_path)
-            self._listing_remove(src_parent.path, src_name)
-            self._listing_add(dst_parent.path, dst_name, src)
-            await self._keep_directory(src_parent)
+
+    async def _rename_claimed(self, src: Node, src_parent: Node, src_name: str,
+                              dst_parent: Node, dst_name: str, flags: int) -> None:
+        dst = await self._resolve(dst_parent, dst_name)
+        if dst is src:
+            return
+        if dst is not None and flags & RENAME_NOREPLACE:
+            raise fail(errno.EEXIST)
+        dst_path = child_path(dst_parent.path, dst_name)
+        if src.kind is Kind.DIR:
+            if dst_path.startswith(src.path + "/"):
+                raise fail(errno.EINVAL)
+            if dst is not None:
+                if dst.kind is not Kind.DIR:
+                    raise fail(errno.ENOTDIR)
+                if (await self._listing(dst)).names():
+                    raise fail(errno.ENOTEMPTY)
+            self._check_key(dst_path, directory=True)
+            await self._rename_dir(src, dst_path, dst)
+        else:
+            if dst is not None and dst.kind is Kind.DIR:
+                raise fail(errno.EISDIR)
+            self._check_key(dst_path)
+            await self._rename_file(src, dst_path, replacing=dst is not None)
+            if dst is not None:
+                self.usage.removed(dst.size)
+        src_path = src.path
+        self.inodes.move(src_path, dst_path)
+        self.content.move(src_path, dst_path)
+        self._listing_remove(src_parent.path, src_name)
+        self._listing_add(dst_parent.path, dst_name, src)
+        await self._keep_directory(src_parent)
 
     async def _rename_file(self, src: Node, dst_path: str, *, replacing: bool) -> None:
         """COPY to the new key, then DELETE the old one (S3 has no rename)."""

@@ -26,6 +26,7 @@ from memfs.mount.config import MountConfig
 from memfs.mount.content import ContentCache
 from memfs.mount.handles import HandleTable
 from memfs.mount.nodes import ROOT_INODE, InodeTable, Kind, Node
+from memfs.mount.pathlocks import PathLocks
 from memfs.mount.quota import Usage
 from memfs.mount.singleflight import SingleFlight
 from memfs.objectmeta import metadata_for
@@ -102,9 +103,10 @@ class CoreState:
 
     INVARIANT: ``inodes``, ``handles`` and ``content`` each satisfy their ``check_invariants``;
     every open state's node is in ``inodes`` unless detached.
-    GUARDED BY: the trio thread. ``ns_lock`` serialises namespace changes (create, unlink,
-    rename, mkdir, rmdir, symlink); ``_list_locks[inode]`` makes one LIST per directory at a time;
-    ``flights`` one attribute or metadata read per path at a time.
+    GUARDED BY: the trio thread. ``ns_locks`` serialises namespace changes (create, unlink,
+    rename, mkdir, rmdir, symlink) that touch the same directories (``pathlocks``);
+    ``_list_locks[inode]`` makes one LIST per directory at a time; ``flights`` one attribute or
+    metadata read per path at a time.
     """
 
     def __init__(self, store: Store, config: MountConfig, kernel: Kernel | None = None) -> None:
@@ -118,9 +120,10 @@ class CoreState:
         self.inodes = InodeTable(root)
         self.handles = HandleTable()
         self.content = ContentCache()
-        # Namespace changes (create, unlink, rename, ...) run one at a time, so a rename never
-        # sees a half-created entry; reads and data transfers run concurrently.
-        self.ns_lock = trio.Lock()
+        # Namespace changes (create, unlink, rename, ...) claim the directories they change, so
+        # none sees another half done; changes in different directories, reads and data
+        # transfers run concurrently.
+        self.ns_locks = PathLocks()
         self._list_locks: dict[int, trio.Lock] = {}
         # One HEAD/GET at a time per path for attribute revalidations and first metadata reads.
         self.flights = SingleFlight()

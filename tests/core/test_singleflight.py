@@ -66,6 +66,7 @@ def test_different_keys_do_not_wait_for_each_other() -> None:
     async def main():
         async with trio.open_nursery() as nursery:
             nursery.start_soon(slow, "a", 0.3)
+            await trio.sleep(0.05)  # the first a holds its key
             nursery.start_soon(slow, "b", 0.0)
             nursery.start_soon(slow, "a", 0.0)
         assert order == ["b", "a", "a"]  # b did not queue behind a; the second a did
