@@ -17,6 +17,9 @@ type), daemon CPU ms per command, daemon peak RSS, errors. Run::
 
     python -m bench.agents --k 1,4,16 --files 20 --rtt-ms 0,20 [--legs floor,memfs]
 
+A memfs leg can run its daemon from another checkout, for a before/after table in one run:
+``--checkout before=/tmp/before --legs floor,memfs:before,memfs`` (``LEG:LABEL``).
+
 The numbers depend on the machine and on what else it runs: quote them with the machine and
 load (docs/PERFORMANCE.md).
 """
@@ -93,10 +96,13 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, max(0, round(q * len(xs) + 0.5) - 1))] if xs else 0.0
 
 
-def run_leg(leg: str, k: int, files: int, moto: str, proxy: S3Proxy, work: Path) -> dict[str, Any]:
+def run_leg(name: str, k: int, files: int, moto: str, proxy: S3Proxy, work: Path,
+            checkouts: dict[str, str]) -> dict[str, Any]:
+    leg, _, label = name.partition(":")
+    daemon_env = {"PYTHONPATH": checkouts[label]} if label else None
     bucket = f"agents-{leg}-{k}-{int(time.time() * 1000) % 10**8}"
     targets.create_bucket(moto, bucket)
-    base = work / f"{leg}-{k}"
+    base = work / f"{leg}-{label}-{k}"
     base.mkdir()
     mounts = Mounts(proxy.url, base, clean=True)
     try:
@@ -105,7 +111,8 @@ def run_leg(leg: str, k: int, files: int, moto: str, proxy: S3Proxy, work: Path)
         if leg != "floor":
             n_mounts = 2 if leg == "memfs-2" else 1
             mnts = [mounts.peer("s3fs", bucket) if leg == "sdk-s3fs"
-                    else mounts.memfs(bucket=bucket, log_level=None) for _ in range(n_mounts)]
+                    else mounts.memfs(bucket=bucket, log_level=None, env=daemon_env)
+                    for _ in range(n_mounts)]
             daemons = [m.proc.pid for m in mounts.mounts if m.kind == "memfs"]
             for i in range(k):
                 root = mnts[i % n_mounts] / f"a{i}"
@@ -140,7 +147,7 @@ def run_leg(leg: str, k: int, files: int, moto: str, proxy: S3Proxy, work: Path)
     ms = [c[1] * 1000 for c in cmds]
     n = max(1, len(cmds))
     return {
-        "leg": leg, "k": k, "commands": len(cmds), "wall_s": wall, "cmd_per_s": len(cmds) / wall,
+        "leg": name, "k": k, "commands": len(cmds), "wall_s": wall, "cmd_per_s": len(cmds) / wall,
         "p50_ms": statistics.median(ms) if ms else 0.0, "p95_ms": percentile(ms, 0.95),
         "p99_ms": percentile(ms, 0.99), "requests": sum(counts.values()),
         "requests_per_cmd": sum(counts.values()) / n,
@@ -188,14 +195,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=20, help="files per agent's session")
     parser.add_argument("--rtt-ms", default="0,20", help="added round trips (default 0,20)")
     parser.add_argument("--legs", default="floor,memfs,memfs-2,sdk-memfs,sdk-s3fs")
+    parser.add_argument("--checkout", action="append", default=[], metavar="LABEL=DIR",
+                        help="a checkout whose memfs a leg LEG:LABEL runs its daemon from")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     args = parser.parse_args(argv)
     if args.mode == "agent":
         return agent(args)
     legs = [leg for leg in args.legs.split(",") if leg]
-    unknown = set(legs) - set(LEGS)
+    checkouts = dict(c.split("=", 1) for c in args.checkout)
+    unknown = {leg for leg in legs if leg.partition(":")[0] not in LEGS}
     if unknown:
         parser.error(f"unknown legs {sorted(unknown)}; choose from {', '.join(LEGS)}")
+    unlabelled = {leg for leg in legs if ":" in leg and leg.partition(":")[2] not in checkouts}
+    if unlabelled:
+        parser.error(f"no --checkout LABEL=DIR for {sorted(unlabelled)}")
     everything: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="memfs-agents-") as tmp, \
             targets.moto_server() as moto, S3Proxy(moto) as proxy:
@@ -204,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = []
             for k in (int(x) for x in args.k.split(",")):
                 for leg in legs:
-                    row = run_leg(leg, k, args.files, moto, proxy, Path(tmp))
+                    row = run_leg(leg, k, args.files, moto, proxy, Path(tmp), checkouts)
                     row["rtt_ms"] = rtt
                     rows.append(row)
                     print(f"  K={k} {leg}: {row['cmd_per_s']:.1f} cmd/s, p99 "
