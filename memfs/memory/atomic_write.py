@@ -41,6 +41,7 @@ import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
+from memfs.memory.paths import open_listable
 from memfs.mountinfo import MOUNTINFO, mount_entries
 from memfs.protocol import FSTYPE, XATTR_AGENT, XATTR_ATOMIC
 
@@ -278,7 +279,13 @@ def _write_via_temp(dir_fd: int, name: str, data: bytes, exclusive: bool) -> Non
         with suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=dir_fd)
     with suppress(OSError):
-        os.fsync(dir_fd)  # make the new directory entry durable too
+        # Make the new directory entry durable too (the walk's descriptor is O_PATH, which
+        # cannot be fsynced: open the directory itself for that).
+        listable = open_listable(dir_fd)
+        try:
+            os.fsync(listable)
+        finally:
+            os.close(listable)
 
 
 def _renameat2() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]

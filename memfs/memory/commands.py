@@ -27,6 +27,7 @@ from memfs.memory.paths import (
     MemoryRoot,
     PathMissing,
     PathNotDirectory,
+    open_listable,
     parse,
     refuse_new_name,
     symlink_refused,
@@ -141,7 +142,12 @@ class MemoryHandler:
     def clear_all(self) -> None:
         """Delete everything under the root (the root itself stays)."""
         with self.root.open_dir(MemoryPath("/memories", ())) as fd:
-            for entry in os.listdir(fd):
+            listable = open_listable(fd)
+            try:
+                names_here = os.listdir(listable)
+            finally:
+                os.close(listable)
+            for entry in names_here:
                 files.remove(fd, entry)
 
     # -- helpers ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import stat
 
 from memfs.memory import names, view
 from memfs.memory.errors import CommandError, list_error
-from memfs.memory.paths import MemoryPath, symlink_refused
+from memfs.memory.paths import MemoryPath, open_listable, symlink_refused
 
 #: Largest file view/str_replace/insert will read (anything bigger is refused, not loaded).
 MAX_READ_BYTES = 64 * 1024 * 1024
@@ -170,7 +170,15 @@ def list_entries(mp: MemoryPath, dir_fd: int, rel: str = "", depth: int = 1,
                 entries.append((st.st_size, item_rel))
             # symlinks, sockets, fifos: not memory files, not listed
 
-    collect(dir_fd, rel, depth)
+    # The caller's descriptor comes from a walk (O_PATH): scandir needs the directory open.
+    try:
+        top = open_listable(dir_fd)
+    except OSError as err:
+        raise list_error(mp.display, err) from err
+    try:
+        collect(top, rel, depth)
+    finally:
+        os.close(top)
     if skip:
         entries = [e for e in entries if e[1].split("/")[0].rstrip("/") not in skip]
     return entries

@@ -39,7 +39,14 @@ log = logging.getLogger(__name__)
 
 MEMORIES = "/memories"
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: How the walk opens each directory: `O_PATH` makes a descriptor that serves as `dir_fd` for the
+#: `*at` calls and for `fstat`, but is not an open of the directory. On a FUSE mount an ordinary
+#: open of a directory is an OPENDIR and a RELEASEDIR request to the daemon; a walk opens every
+#: directory from `/` to the leaf's parent on every command, so `O_PATH` saves two requests per
+#: level (about 40% of what a memory command asks of memfs). `O_DIRECTORY` still refuses a
+#: symbolic link (ENOTDIR) even with `O_NOFOLLOW`.
+_WALK_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
 _NEW_DIR_MODE = 0o700
 _SYNTAX_CHARS = ("/", "\\", "\x00")
 #: What every command answers once the root was removed or replaced after the handler was made.
@@ -197,6 +204,12 @@ def _remove_made(made: list[tuple[int, str]]) -> None:
                       name, err)
 
 
+def open_listable(dir_fd: int) -> int:
+    """A descriptor that can list (or `fsync`) the directory a walk descriptor stands for.
+    `"."` names that very directory: no path is resolved, so nothing can redirect it."""
+    return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+
+
 class MemoryRoot:
     """The real directory that stands for `/memories`, resolved once when the handler is made.
 
@@ -222,12 +235,12 @@ class MemoryRoot:
     def _walk_real_path(self) -> int:
         """Open `self.path` from `/`, every component with `O_NOFOLLOW` (ELOOP/ENOTDIR on a
         symlink or a file anywhere on the way)."""
-        fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             for name in self.path.split("/"):
                 if not name:
                     continue
-                nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                nxt = os.open(name, _WALK_FLAGS, dir_fd=fd)
                 os.close(fd)
                 fd = nxt
         except BaseException:
@@ -249,12 +262,13 @@ class MemoryRoot:
         return fd
 
     def open_subdir(self, dir_fd: int, name: str, mp: MemoryPath, depth: int) -> int:
-        """Open `name` under `dir_fd` as a directory, never through a symlink.
+        """Open `name` under `dir_fd` as a directory (an `O_PATH` walk descriptor), never
+        through a symlink.
 
         `depth` is the number of parts of `mp` up to and including `name` (for messages).
         """
         try:
-            return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+            return os.open(name, _WALK_FLAGS, dir_fd=dir_fd)
         except FileNotFoundError:
             raise PathMissing(mp.prefix(depth)) from None
         except OSError as err:
@@ -308,7 +322,8 @@ class MemoryRoot:
 
     @contextmanager
     def open_dir(self, mp: MemoryPath) -> Iterator[int]:
-        """Yield an fd of the directory `mp` itself (root included)."""
+        """Yield a walk fd (`O_PATH`) of the directory `mp` itself (root included); list it
+        through `open_listable`."""
         with self.walk(mp) as parent:
             if mp.is_root:
                 fd = os.dup(parent)

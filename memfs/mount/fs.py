@@ -35,8 +35,11 @@ log = logging.getLogger(__name__)
 def fuse_op(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The one place errors become errnos: OSError → its errno, surprises → logged EIO."""
 
+    name = fn.__name__
+
     @functools.wraps(fn)
     async def wrapper(self: MemFS, *args: Any) -> Any:
+        self.core.ops[name] += 1  # `memfs status` shows what the kernel asks of the daemon
         try:
             return await fn(self, *args)
         except pyfuse3.FUSEError as exc:

@@ -135,6 +135,8 @@ class CoreState:
         # What `memfs status` reports beside the store's request counts: lost races, and opens
         # served from the content cache (hits, including 304s) or by a full GET (misses).
         self.counters: Counter[str] = Counter()
+        # Kernel requests served, by FUSE operation (counted by the adapter).
+        self.ops: Counter[str] = Counter()
 
     # -- helpers every concern uses ----------------------------------------------------------
 

@@ -60,6 +60,7 @@ class Transactions(DataPath):
             "cache": {"hits": self.counters["cache_hits"],
                       "misses": self.counters["cache_misses"]},
             "s3": store_stats.snapshot() if store_stats is not None else {},
+            "fuse_ops": dict(sorted(self.ops.items())),
         }
 
     async def getxattr(self, inode: int, name: str, pid: int) -> bytes:
