@@ -17,8 +17,10 @@ type), daemon CPU ms per command, daemon peak RSS, errors. Run::
 
     python -m bench.agents --k 1,4,16 --files 20 --rtt-ms 0,20 [--legs floor,memfs]
 
-A memfs leg can run its daemon from another checkout, for a before/after table in one run:
-``--checkout before=/tmp/before --legs floor,memfs:before,memfs`` (``LEG:LABEL``).
+A memfs leg can run its daemon and its agents' handler from another checkout, for a
+before/after table in one run (``LEG:LABEL``)::
+
+    python -m bench.agents --checkout before=/tmp/before --legs floor,memfs:before,memfs
 
 The numbers depend on the machine and on what else it runs: quote them with the machine and
 load (docs/PERFORMANCE.md).
@@ -128,8 +130,9 @@ def run_leg(name: str, k: int, files: int, moto: str, proxy: S3Proxy, work: Path
                     str(files), "--start", str(start), "--name", f"a{i}"]
             argv += ["--root", str(roots[i])] if roots[i] else ["--endpoint", proxy.url,
                                                                  "--bucket", bucket]
+            # A labelled leg runs its agents' handler from that checkout too.
             procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True,
-                                          env=mounts.base_env()))
+                                          env={**mounts.base_env(), **(daemon_env or {})}))
         results, failed_agents = [], 0
         for p in procs:
             out, _ = p.communicate(timeout=3600)
