@@ -101,7 +101,9 @@ def percentile(xs: list[float], q: float) -> float:
 def run_leg(name: str, k: int, files: int, moto: str, proxy: S3Proxy, work: Path,
             checkouts: dict[str, str]) -> dict[str, Any]:
     leg, _, label = name.partition(":")
-    daemon_env = {"PYTHONPATH": checkouts[label]} if label else None
+    # PYTHONSAFEPATH: `python -m` would otherwise put the working directory (this checkout)
+    # ahead of PYTHONPATH, and the leg would quietly run this code.
+    daemon_env = {"PYTHONPATH": checkouts[label], "PYTHONSAFEPATH": "1"} if label else None
     bucket = f"agents-{leg}-{k}-{int(time.time() * 1000) % 10**8}"
     targets.create_bucket(moto, bucket)
     base = work / f"{leg}-{label}-{k}"
@@ -157,6 +159,10 @@ def run_leg(name: str, k: int, files: int, moto: str, proxy: S3Proxy, work: Path
         "by_type_per_cmd": {t: v / n for t, v in by_type(counts).items() if v},
         "daemon_cpu_ms_per_cmd": 1000 * cpu / n if daemons else None,
         "daemon_peak_rss_mib": rss if daemons else None,
+        "by_kind_ms": {kind: {"n": len(v), "p50": statistics.median(v), "p95": percentile(v, 0.95),
+                              "max": max(v)}
+                       for kind in sorted({c[0] for c in cmds})
+                       for v in [[c[1] * 1000 for c in cmds if c[0] == kind]]},
         "errors": sum(c[2] is not None for c in cmds) + failed_agents,
         "first_error": next((c[2] for c in cmds if c[2]), None), "problems": problems,
     }

@@ -62,9 +62,11 @@ def leg(kind: str, moto: str, proxy: S3Proxy, n: int, archive: Path, workdir: Pa
     bucket = f"bigdir-{kind}-{int(time.time() * 1000) % 10**8}"
     targets.create_bucket(moto, bucket)
     targets.populate(moto, bucket, [f"big/f{i:05d}" for i in range(n)], b"x")
-    saved = os.environ.get("PYTHONPATH")
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "PYTHONSAFEPATH")}
     if pythonpath:
-        os.environ["PYTHONPATH"] = pythonpath
+        # PYTHONSAFEPATH: `python -m` would otherwise put the working directory (this checkout)
+        # ahead of PYTHONPATH, and the leg would quietly run this code.
+        os.environ.update(PYTHONPATH=pythonpath, PYTHONSAFEPATH="1")
     rows = []
     try:
         with targets.mounted(kind, bucket, proxy.url, workdir) as mnt:
@@ -80,10 +82,11 @@ def leg(kind: str, moto: str, proxy: S3Proxy, n: int, archive: Path, workdir: Pa
                       f"{seconds:.2f} s", file=sys.stderr, flush=True)
     finally:
         if pythonpath:
-            if saved is None:
-                os.environ.pop("PYTHONPATH", None)
-            else:
-                os.environ["PYTHONPATH"] = saved
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     return rows
 
 
