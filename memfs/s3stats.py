@@ -16,6 +16,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from memfs.protocol import WRITE_PROBE
+
 log = logging.getLogger("memfs.s3")
 
 
@@ -55,6 +57,8 @@ class RequestStats:
     def _count(self, model: Any, outcome: str, retries: int, context: Any,
                detail: object) -> None:
         op = getattr(model, "name", "?")
+        if outcome == "4xx" and WRITE_PROBE in (context or {}).get("memfs_key", ""):
+            outcome = "ok"  # the mount-time write probe must be refused: that is its success
         with self._lock:
             self.requests[op, outcome] += 1
             self.retries += retries

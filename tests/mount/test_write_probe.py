@@ -6,6 +6,7 @@ behind; against one that enforces them nothing is said and nothing is stored."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -73,6 +74,11 @@ def test_an_enforcing_endpoint_costs_one_refused_put_and_stores_nothing(s3, prox
         counts = proxy.counts()
         assert counts.get("PUT") == 1 and "DELETE" not in counts, counts
         assert keys(s3) == []
+        # The refusal is the probe's expected answer: `memfs status` shows no error for it.
+        status = json.loads(subprocess.run(
+            [sys.executable, "-m", "memfs", "status", "--json", str(mp)], capture_output=True,
+            text=True, check=True).stdout)
+        assert status[0]["s3"]["requests"]["PutObject"] == {"ok": 1}
     finally:
         umount(mp)
 
