@@ -187,27 +187,20 @@ class Store:
         to never silently overwrite another writer's version. One PUT that must fail: an
         ``If-Match`` no object can satisfy, on a key that does not exist. AWS S3 (since 2024),
         MinIO and moto answer 404/412 and store nothing; a server that ignores the condition
-        stores an empty object, removed again with one DELETE. None: the probe was refused for
-        another reason (a policy without PutObject, an unreachable endpoint), so nothing is
-        known."""
-        key = self.prefix + WRITE_PROBE + secrets.token_hex(8)
+        stores an empty object, removed again with one DELETE. A refusal for another reason (a
+        policy without PutObject, an unreachable endpoint) tells nothing: None."""
+        path = WRITE_PROBE + secrets.token_hex(8)
         try:
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=b"",
+            self.client.put_object(Bucket=self.bucket, Key=self.key(path), Body=b"",
                                    IfMatch='"' + "0" * 32 + '"')
-        except botocore.exceptions.ClientError as exc:
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            if status in (404, 412) or code in ("NoSuchKey", "PreconditionFailed"):
-                return True
-            log.debug("conditional-write probe %s: %s", key, code)
-            return None
-        except Exception as exc:  # the probe only informs; the mount goes on
-            log.debug("conditional-write probe %s: %s", key, one_line(exc))
-            return None
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError,
+                OSError) as exc:
+            refused = translate(exc, "PUT", self.key(path)).errno in (errno.ENOENT, errno.ESTALE)
+            return True if refused else None  # only "no such version" is the expected answer
         try:
-            self.client.delete_object(Bucket=self.bucket, Key=key)
-        except Exception as exc:
-            log.warning("could not remove the write probe %s: %s", key, one_line(exc))
+            self.delete(path)
+        except StoreError as exc:
+            log.warning("could not remove the write probe: %s", exc.strerror)
         return False
 
     def head(self, path: str, *, directory: bool = False) -> ObjectInfo | None:

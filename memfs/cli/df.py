@@ -17,7 +17,7 @@ from typing import Any
 from memfs.bucket import Bucket
 from memfs.cli.base import BUCKET_GROUP, Context, add_bucket_options, command, locate, on_bucket
 from memfs.cli.completion import DIRECTORY, complete_as
-from memfs.mount.quota import format_df
+from memfs.mount.quota import format_df, tally
 from memfs.ops.locate import Target
 from memfs.protocol import XATTR_USAGE
 
@@ -53,10 +53,8 @@ def count(bucket: Bucket, prefix: str, ctx: Context) -> tuple[int, int, int]:
     show = ctx.stderr.isatty()
     for page in bucket.pages(prefix):
         pages += 1
-        for listed in page:
-            if not listed.key.endswith("/"):
-                total += listed.size
-                files += 1
+        page_bytes, page_files = tally((listed.key, listed.size) for listed in page)
+        total, files = total + page_bytes, files + page_files
         if show and pages > PROGRESS_AFTER_PAGES:
             print(f"\rmemfs df: {files:,} files counted ...", end="", file=ctx.stderr, flush=True)
     if show and pages > PROGRESS_AFTER_PAGES:

@@ -272,11 +272,9 @@ def _log_path(config: MountConfig) -> Path:
     directory (``--cache-dir``, ``$XDG_CACHE_HOME/memfs``, ``~/.cache/memfs``)."""
     tag = hashlib.sha256(str(config.mountpoint).encode()).hexdigest()[:12]
     if chosen := os.environ.get("MEMFS_LOG_PATH"):
-        path = Path(chosen)
-    else:
-        cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        path = (config.cache_dir or Path(cache) / PROG) / f"mount-{tag}.log"
-    return path
+        return Path(chosen)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return (config.cache_dir or Path(cache) / PROG) / f"mount-{tag}.log"
 
 
 def _mount_in_background(config: MountConfig, ctx: Context) -> int:

@@ -96,9 +96,14 @@ def _user_allow_other() -> bool:
     return any(line.split("#", 1)[0].strip() == "user_allow_other" for line in lines)
 
 
+def endpoint_name(config: MountConfig) -> str:
+    """The endpoint as boto3 will use it, for messages."""
+    return config.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or "AWS S3"
+
+
 def explain_store_error(exc: StoreError, config: MountConfig) -> str:
     where = f"s3://{config.bucket}/{config.prefix}"
-    endpoint = config.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or "AWS S3"
+    endpoint = endpoint_name(config)
     if exc.code == "NoSuchBucket":
         return f"bucket {config.bucket!r} does not exist (endpoint {endpoint})"
     if exc.errno == errno.EACCES:
@@ -139,7 +144,7 @@ def check_conditional_writes(store: Store, config: MountConfig) -> None:
     loses an update rests on it (a read-only mount writes nothing and does not ask)."""
     if config.read_only or store.enforces_conditional_writes() is not False:
         return
-    endpoint = config.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or "AWS S3"
+    endpoint = endpoint_name(config)
     _report_warning(f"the S3 endpoint {endpoint} does not enforce conditional writes "
                     "(If-Match): two writers can overwrite each other's changes without an "
                     "error or a conflict copy; use an endpoint that enforces them (AWS S3, "

@@ -16,8 +16,6 @@ from __future__ import annotations
 import stat
 import time
 
-import trio
-
 from memfs.mount.nodes import DirCache, Kind, Node, child_path, kind_of_mode, type_bits
 from memfs.mount.state import CoreState
 from memfs.objectmeta import ObjectInfo
@@ -34,8 +32,7 @@ class Listings(CoreState):
         """The directory's children: cached if fresh, else one (paginated) LIST."""
         if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
             return dnode.listing
-        lock = self._list_locks.setdefault(dnode.inode, trio.Lock())
-        async with lock:
+        async with self.flights.hold(("LIST", dnode.inode)):
             if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
                 return dnode.listing
             path = dnode.path

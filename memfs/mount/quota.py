@@ -14,6 +14,7 @@ import errno
 import logging
 import os
 import time
+from collections.abc import Iterable
 
 from memfs.store import Store
 
@@ -42,16 +43,8 @@ class Usage:
 
     @staticmethod
     def scan(store: Store) -> tuple[int, int]:
-        """Blocking (run it in a worker thread): bytes and files under the prefix.
-
-        Directory markers are not files; everything else counts, conflict copies included.
-        """
-        total = files = 0
-        for rel, info in store.walk_keys(""):
-            if not rel.endswith("/"):
-                total += info.size
-                files += 1
-        return total, files
+        """Blocking (run it in a worker thread): bytes and files under the prefix (`tally`)."""
+        return tally((rel, info.size) for rel, info in store.walk_keys(""))
 
     def reset(self, counted: tuple[int, int]) -> None:
         """Take a fresh count (on the trio thread, where every other change happens)."""
@@ -89,6 +82,17 @@ class Usage:
     def as_dict(self) -> dict[str, int | None]:
         return {"bytes": self.bytes, "files": self.files, "max_total_bytes": self.max_total_bytes,
                 "max_files": self.max_files, "max_file_size": self.max_file_size}
+
+
+def tally(objects: Iterable[tuple[str, int]]) -> tuple[int, int]:
+    """Bytes and files among (key, size) pairs: what quotas and `memfs df` count. Directory
+    markers (keys ending in "/") are not files; everything else is, conflict copies included."""
+    total = files = 0
+    for key, size in objects:
+        if not key.endswith("/"):
+            total += size
+            files += 1
+    return total, files
 
 
 def format_df(mountpoint: str, usage: dict) -> str:

@@ -1,11 +1,12 @@
 """Per-key single flight: concurrent callers for one key take turns, so the second finds what
 the first learned and sends no request of its own.
 
-Used where several kernel requests can ask S3 the same question at once: attribute
-revalidations (``getattr`` of one inode from several processes) and the first metadata read of
-an entry (a ``lookup`` racing a ``readdir`` of its directory). Each caller re-checks, once it
-holds the key, whether the answer is already fresh. Keys nobody holds or waits for are
-forgotten, so the table never grows with the number of files.
+Used where several kernel requests can ask S3 the same question at once: a directory's LIST
+(lookups in an expired directory), attribute revalidations (``getattr`` of one inode from
+several processes) and the first metadata read of an entry (a ``lookup`` racing a ``readdir``
+of its directory). Each caller re-checks, once it holds the key, whether the answer is already
+fresh. Keys nobody holds or waits for are forgotten, so the table never grows with the number of
+files or directories.
 """
 
 from __future__ import annotations

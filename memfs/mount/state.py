@@ -105,7 +105,7 @@ class CoreState:
     every open state's node is in ``inodes`` unless detached.
     GUARDED BY: the trio thread. ``ns_locks`` serialises namespace changes (create, unlink,
     rename, mkdir, rmdir, symlink) that touch the same directories (``pathlocks``);
-    ``_list_locks[inode]`` makes one LIST per directory at a time; ``flights`` one attribute or
+    ``flights`` makes one LIST per directory (key ``("LIST", inode)``) and one attribute or
     metadata read per path at a time.
     """
 
@@ -124,8 +124,8 @@ class CoreState:
         # none sees another half done; changes in different directories, reads and data
         # transfers run concurrently.
         self.ns_locks = PathLocks()
-        self._list_locks: dict[int, trio.Lock] = {}
-        # One HEAD/GET at a time per path for attribute revalidations and first metadata reads.
+        # Single flight: one LIST per directory, one HEAD/GET per path for attribute
+        # revalidations and first metadata reads; keys nobody waits on are forgotten.
         self.flights = SingleFlight()
         self.writer = f"{socket.gethostname()}/{config.instance}"
         self.usage = Usage(config.max_file_size, config.max_total_bytes, config.max_files)
