@@ -57,8 +57,15 @@ def register(sub: Any) -> None:
            help="how long listings and attributes are trusted before asking S3 again; changes "
            "made elsewhere show within this time (default 1)")
     complete_as(option(m, "--cache-dir", metavar="DIR", env=True,
-                       help="where the background daemon keeps its log (default "
-                       "~/.cache/memfs; MEMFS_LOG_PATH names the file itself)"), DIRECTORY)
+                       help="where the mount keeps its content cache and staged open files, "
+                       "and a background daemon its log (default ~/.cache/memfs; "
+                       "MEMFS_LOG_PATH names the log file itself)"), DIRECTORY)
+    option(m, "--cache-size", metavar="SIZE", env=True,
+           help="bound of the on-disk content cache, kept across restarts (default 1G; 0 "
+           "keeps nothing past the mount)")
+    option(m, "--part-size", metavar="SIZE", env=True,
+           help="files above this are uploaded in parts and read in ranges (default 8M; "
+           "5M to 5G)")
     option(m, "--file-mode", metavar="OCTAL", env=True,
            help="mode of files whose object carries none (default 0600; see --umask)")
     option(m, "--dir-mode", metavar="OCTAL", env=True,
@@ -185,6 +192,8 @@ def mount_config(args: argparse.Namespace, twins: Twins) -> MountConfig:
             ("max_file_size", _size("--max-file-size", pick("max_file_size"))),
             ("max_total_bytes", _size("--max-total-bytes", pick("max_total_bytes"))),
             ("max_files", _number(int, "--max-files", pick("max_files"))),
+            ("cache_size", _size("--cache-size", pick("cache_size"))),
+            ("part_size", _size("--part-size", pick("part_size"))),
             ("metadata_ttl", _number(float, "--metadata-ttl", pick("metadata_ttl"))),
             ("uid", _number(int, "--uid", pick("uid"))),
             ("gid", _number(int, "--gid", pick("gid")))):
@@ -204,7 +213,7 @@ def mount_config(args: argparse.Namespace, twins: Twins) -> MountConfig:
         region=pick("region") or None,
         foreground=bool(pick("foreground")),
         read_only=bool(pick("read_only")),
-        cache_dir=Path(cache_dir) if cache_dir else None,
+        cache_dir=Path(cache_dir).absolute() if cache_dir else default_cache_dir(),
         allow_other=bool(pick("allow_other")),
         log_level=(pick("log_level") or "info").lower(),
         **kwargs,
@@ -273,8 +282,13 @@ def _log_path(config: MountConfig) -> Path:
     tag = hashlib.sha256(str(config.mountpoint).encode()).hexdigest()[:12]
     if chosen := os.environ.get("MEMFS_LOG_PATH"):
         return Path(chosen)
+    return (config.cache_dir or default_cache_dir()) / f"mount-{tag}.log"
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/memfs``, else ``~/.cache/memfs``."""
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return (config.cache_dir or Path(cache) / PROG) / f"mount-{tag}.log"
+    return Path(cache) / PROG
 
 
 def _mount_in_background(config: MountConfig, ctx: Context) -> int:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_METADATA_TTL = 1.0
+MIN_PART_SIZE = 5 * 1024**2
+MAX_PART_SIZE = 5 * 1024**3
 
 
 class ConfigError(ValueError):
@@ -81,6 +83,10 @@ class MountConfig:
     max_file_size: int | None = None
     max_total_bytes: int | None = None
     max_files: int | None = None
+    # The on-disk content cache's bound (0: nothing persists, a 64 MiB in-session cache), and
+    # the part size: files above it are uploaded in parts and read in ranges.
+    cache_size: int = 1024**3
+    part_size: int = 8 * 1024**2
 
     def __post_init__(self) -> None:
         if not self.bucket:
@@ -103,6 +109,11 @@ class MountConfig:
             if value is not None and value < 0:
                 flag = "--" + name.replace("_", "-")
                 raise ConfigError(f"{flag} must be >= 0, got {value}")
+        if self.cache_size < 0:
+            raise ConfigError(f"--cache-size must be >= 0, got {self.cache_size}")
+        if not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:
+            raise ConfigError(f"--part-size must be between 5M and 5G (S3's limits on a part), "
+                              f"got {self.part_size}")
         object.__setattr__(self, "prefix", normalize_prefix(self.prefix))
         object.__setattr__(self, "read_only_paths", tuple(
             normalize_prefix(p).rstrip("/") for p in self.read_only_paths if p.strip("/")))

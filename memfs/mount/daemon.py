@@ -25,8 +25,9 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from memfs.mount import sdnotify
+from memfs.mount import sdnotify, transfer
 from memfs.mount.config import MountConfig
+from memfs.mount.diskcache import CacheInUse
 from memfs.mount.fs import MemFS
 from memfs.mount.quota import Usage
 from memfs.mountinfo import is_mountpoint
@@ -35,6 +36,8 @@ from memfs.store import ClientSetupError, Store, StoreError, make_client
 log = logging.getLogger(__name__)
 
 READY_FD_ENV = "MEMFS_READY_FD"
+#: How long an unmount waits for cache records still being written.
+BACKGROUND_GRACE_S = 30.0
 
 
 class MountError(Exception):
@@ -173,7 +176,15 @@ def run(config: MountConfig) -> int:
         raise
     check_conditional_writes(store, config)
 
-    fs = MemFS(store, config)
+    try:
+        fs = MemFS(store, config)
+    except (CacheInUse, OSError) as exc:
+        message = str(exc) if isinstance(exc, CacheInUse) else (
+            f"cannot use the cache directory {config.cache_dir}: {exc.strerror}")
+        _report_ready(f"ERROR {message}")
+        raise MountError(message) from None
+    # Multipart uploads a killed daemon left behind (recorded in the cache directory).
+    transfer.abort_recorded(store, fs.core.content.uploads)
     if fs.usage.tracked:
         # Quotas need to know what is there before the first write is allowed.
         try:
@@ -203,6 +214,7 @@ def run(config: MountConfig) -> int:
         raise
     finally:
         pyfuse3.close(unmount=unmount)
+        fs.core.content.close()
         log.info("unmounted %s", config.mountpoint)
     return 0
 
@@ -269,7 +281,14 @@ async def _serve(fs: MemFS, config: MountConfig) -> bool:
 
         nursery.start_soon(watch_signals)
         nursery.start_soon(announce_ready)
+        fs.core.nursery = nursery
         await pyfuse3.main()
+        # Cache records still being written (hashing a big file) are worth a short wait: the
+        # next mount can use what they describe.
+        with trio.move_on_after(BACKGROUND_GRACE_S):
+            while fs.core.pending_background:
+                await trio.sleep(0.05)
+        fs.core.nursery = None
         nursery.cancel_scope.cancel()
     if not stopped_by_signal:
         log.info("unmounted from outside (fusermount3 -u)")

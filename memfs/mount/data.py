@@ -5,6 +5,11 @@ descriptor's unsaved writes) except private copies: an ``O_TRUNC`` rewrite gets 
 readers keep the old version until its close uploads the new one. Reads load at open (close-to-
 open consistency); write-only opens load lazily, and their first write insists on the version the
 open saw; appends revalidate at open and always write at the end of the bytes they hold.
+
+Bytes live on disk (``Blob``): a read serves what the blob holds and fetches missing ranges of a
+big file first (with read-ahead while reads are sequential); the first write to a version forks
+a staged copy. The disk filling up is ENOSPC for the write that cannot be staged; nothing
+acknowledged is lost (it is staged or in S3).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import os
 import stat
 import time
 
+from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.handles import OpenFile
 from memfs.mount.nodes import ROOT_INODE, Kind, Node, child_path
 from memfs.mount.state import AttrChange, Caller, Opened, fail, thread_group
@@ -55,7 +61,7 @@ class DataPath(Upload):
                                    ctx.uid, ctx.gid)
             node.meta_known = True
             node.mtime = node.validated_at = time.time()
-            of = OpenFile(node, data=bytearray(), is_new=True, dirty=True)
+            of = OpenFile(node, body=self._new_blob(), is_new=True, dirty=True)
             self.handles.shared[node.inode] = of
             self._listing_add(parent.path, text, node)
             self.inodes.hold(node)
@@ -79,7 +85,7 @@ class DataPath(Upload):
         if of.dirty or of.is_new:
             return True
         node = of.node
-        return (of.data is None or of.base_etag == node.etag) and self._fresh(node.validated_at)
+        return (of.body is None or of.base_etag == node.etag) and self._fresh(node.validated_at)
 
     def _new_handle(self, of: OpenFile, ctx: Caller, *, writing: bool,
                     append: bool = False) -> Opened:
@@ -117,7 +123,7 @@ class DataPath(Upload):
         if flags & os.O_TRUNC and writing:
             # A rewrite gets a copy of its own: until its close uploads the new version, every
             # other reader on this mount keeps seeing the old one, never an empty file.
-            private = OpenFile(node, data=bytearray(), dirty=node.size > 0, private=True,
+            private = OpenFile(node, body=self._new_blob(), dirty=node.size > 0, private=True,
                                base_etag=node.etag, remote_size=node.size,
                                truncation_only=node.size > 0)
             return self._new_handle(private, ctx, writing=True)
@@ -131,7 +137,7 @@ class DataPath(Upload):
             self.handles.shared[node.inode] = of
         try:
             async with of.lock:
-                if of.data is None and (append or flags & os.O_ACCMODE != os.O_WRONLY):
+                if of.body is None and (append or flags & os.O_ACCMODE != os.O_WRONLY):
                     # Readers load (and so revalidate) at open: close-to-open consistency.
                     # Appends revalidate with S3 even within the TTL (a conditional GET,
                     # usually a bodiless 304). Other write-only opens load lazily: `touch` or
@@ -144,35 +150,63 @@ class DataPath(Upload):
             raise
         return self._new_handle(of, ctx, writing=writing, append=append)
 
-    def _check_size(self, size: int) -> None:
-        """EFBIG past S3's largest object, or past --max-file-size."""
+    def _check_size(self, of: OpenFile, size: int) -> None:
+        """EFBIG past S3's largest object or --max-file-size; ENOSPC past what the cache disk
+        can still stage (checked when a file grows: a sparse truncate costs no disk, but its
+        upload reads every byte of it back)."""
         if size > MAX_OBJECT:
+            log.error("%s: %d bytes is more than S3's largest object (%d): refused with EFBIG",
+                      of.node.path, size, MAX_OBJECT)
             raise fail(errno.EFBIG)
         self.usage.check_file_size(size)
+        held = of.body.size if of.body is not None else 0
+        if size > held:
+            disk = os.statvfs(self.content.staging)
+            if size - held > disk.f_bavail * disk.f_frsize:
+                log.error("%s: cannot stage %d bytes, the cache disk (%s) has %d free: refused "
+                          "with ENOSPC", of.node.path, size, self.content.root,
+                          disk.f_bavail * disk.f_frsize)
+                raise fail(errno.ENOSPC)
 
-    @staticmethod
-    def _grow(data: bytearray, size: int) -> None:
-        """Extend staged bytes with zeros; a size memory cannot stage is EFBIG, not a crash
-        (open files are staged in memory whole: docs/SEMANTICS.md)."""
-        try:
-            data.extend(bytes(size - len(data)))
-        except MemoryError:
-            log.error("cannot stage a %d-byte file in memory: refused with EFBIG", size)
-            raise fail(errno.EFBIG) from None
+    async def _ensure_body(self, of: OpenFile, expect: str | None = None) -> Blob:
+        if of.body is None:
+            async with of.lock:
+                if of.body is None:
+                    await self._load(of, expect=expect)
+        assert of.body is not None
+        return of.body
+
+    async def _mutable(self, of: OpenFile) -> Blob:
+        """The blob a write may change: a version (shared with the cache and other readers) or
+        one an upload is reading is forked first. Big forks copy in a thread, under the lock,
+        so two writes never fork twice."""
+        body = of.body
+        assert body is not None
+        if body.etag is None and not body.frozen:
+            return body
+        if body.size <= INLINE:
+            of.body = self._staged(body.fork, self.content.staging)
+            return of.body
+        async with of.lock:
+            body = of.body
+            assert body is not None
+            if body.etag is not None or body.frozen:
+                try:
+                    of.body = await self._run(body.size, body.fork, self.content.staging)
+                except OSError as exc:
+                    raise self._disk_error(exc) from None
+        assert of.body is not None
+        return of.body
 
     async def _truncate(self, of: OpenFile, size: int) -> None:
-        self._check_size(size)
+        self._check_size(of, size)
         of.truncation_only = False
         if size == 0:
-            of.data = bytearray()
+            of.body = self._new_blob()
         else:
-            if of.data is None:
-                await self._load(of)
-            assert of.data is not None
-            if size < len(of.data):
-                del of.data[size:]
-            else:
-                self._grow(of.data, size)
+            await self._ensure_body(of)
+            body = await self._mutable(of)
+            self._staged(body.truncate, size)  # sparse: no bytes are written
         of.dirty = True
         if not of.private:
             of.node.size = size
@@ -180,31 +214,27 @@ class DataPath(Upload):
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
         of = self.handles.files[fh]
-        if of.data is None:
-            async with of.lock:
-                if of.data is None:
-                    await self._load(of)
-        assert of.data is not None
-        return bytes(of.data[off:off + size])
+        body = await self._ensure_body(of)
+        if body.missing(off, size):
+            await self._fetch_for_read(of, off, size)
+        of.read_end = off + size
+        assert of.body is not None
+        return of.body.read(off, size)
 
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         of = self.handles.files[fh]
-        if of.data is None:
-            async with of.lock:
-                if of.data is None:
-                    # The writer chose ``off`` from the size of the version it opened (stat,
-                    # SEEK_END): it must land in that version, or nowhere.
-                    await self._load(of, expect=of.base_etag)
-        data = of.data
-        assert data is not None
-        if fh in self.handles.append and off != len(data):
+        # The writer chose ``off`` from the size of the version it opened (stat, SEEK_END): it
+        # must land in that version, or nowhere.
+        body = await self._ensure_body(of, expect=of.base_etag)
+        if fh in self.handles.append and off != body.size:
             # Trap: the kernel computes an O_APPEND write's offset from the size it cached,
             # which another mount's append may have made stale within the TTL. POSIX says the
             # end of the file: that is the end of the bytes this handle holds. Then the kernel's
             # cached size is wrong, so drop it.
-            off = len(data)
+            off = body.size
             self.kernel.forget_attrs(of.node.inode)
-        self._check_size(max(len(data), off + len(buf)))
+        self._check_size(of, max(body.size, off + len(buf)))
+        body = await self._mutable(of)
         of.truncation_only = False
         node = of.node
         if fh in self.handles.killpriv and node.mode & (stat.S_ISUID | stat.S_ISGID):
@@ -214,12 +244,10 @@ class DataPath(Upload):
             node.mode &= ~kill
             node.ctime = time.time()
             self.kernel.forget_attrs(node.inode)
-        if off > len(data):
-            self._grow(data, off)
-        data[off:off + len(buf)] = buf
+        self._staged(body.write, off, buf)
         of.dirty = True
         if not of.private:  # a transaction's size shows when it commits
-            of.node.size = len(data)
+            of.node.size = body.size
             of.node.mtime = time.time()
         return len(buf)
 

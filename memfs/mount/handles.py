@@ -1,11 +1,12 @@
 """Open files: the state one or more descriptors share, and the table of file handles.
 
-An open file's bytes live in memory (``OpenFile.data``) from the first read or write until the
-last handle is released; every ``flush`` (each ``close()``, also of dup'd descriptors) and
-``fsync`` uploads them as one whole object if they changed. Handles of one inode share one
-``OpenFile`` — so a reader on another descriptor sees what a writer wrote before it closed —
-except private copies: an ``O_TRUNC`` rewrite and a transaction (xattr ``user.memfs.atomic``) each
-get an ``OpenFile`` of their own, invisible to other handles until uploaded.
+An open file's bytes live on disk (``OpenFile.body``, a ``Blob`` under the cache directory) from
+the first read or write until the last handle is released; every ``flush`` (each ``close()``,
+also of dup'd descriptors) and ``fsync`` uploads them as one whole object if they changed.
+Handles of one inode share one ``OpenFile`` — so a reader on another descriptor sees what a
+writer wrote before it closed — except private copies: an ``O_TRUNC`` rewrite and a transaction
+(xattr ``user.memfs.atomic``) each get an ``OpenFile`` of their own, invisible to other handles
+until uploaded.
 
 Everything here lives on the trio thread. ``OpenFile.lock`` serialises what awaits S3 on one
 state (load, upload, truncate); see docs/INTERNALS.md for the lock order.
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from memfs.mount.blobs import Blob
 from memfs.mount.nodes import Node
 
 
@@ -24,17 +26,22 @@ from memfs.mount.nodes import Node
 class OpenFile:
     """The state shared by the handles of one version of one file.
 
-    INVARIANT: ``dirty`` ⇒ ``data is not None`` (unsaved writes are bytes we hold).
+    INVARIANT: ``dirty`` ⇒ ``body is not None`` (unsaved writes are bytes we hold).
     INVARIANT: ``is_new`` ⇒ ``base_etag is None`` (a new file's PUT is If-None-Match: *).
     INVARIANT: ``atomic`` ⇒ ``private``.
     INVARIANT: ``handles`` is the number of file handles in the ``HandleTable`` mapping to it.
-    GUARDED BY: the trio thread; ``data``/``base_etag``/``dirty`` across an S3 call by ``lock``.
+    GUARDED BY: the trio thread; ``body``/``base_etag``/``dirty`` across an S3 call by ``lock``.
     """
 
     node: Node
     handles: int = 0
-    # None until first needed: opening with O_TRUNC or creating never downloads anything.
-    data: bytearray | None = None
+    # None until first needed: opening with O_TRUNC or creating never downloads anything. A
+    # version of the object (``body.etag`` set, shared with the content cache) until the first
+    # write forks a staged copy; a big version holds only the ranges read so far.
+    body: Blob | None = None
+    # Where the last read ended: a read starting there is sequential and widens the read-ahead.
+    read_end: int = 0
+    read_ahead: int = 0
     # The version our bytes derive from: the PUT is conditional on it (If-Match). None with
     # ``is_new`` means the object must not exist yet (If-None-Match: *).
     base_etag: str | None = None
@@ -155,6 +162,6 @@ class HandleTable:
         for key, of in states.items():
             assert of.handles == counts[key], f"{of.node.path}: {of.handles} != {counts[key]}"
         for of in [*states.values(), *self.shared.values()]:
-            assert not of.dirty or of.data is not None, f"{of.node.path}: dirty without data"
+            assert not of.dirty or of.body is not None, f"{of.node.path}: dirty without data"
             assert not of.is_new or of.base_etag is None, f"{of.node.path}: new with a base"
             assert not of.atomic or of.private, f"{of.node.path}: atomic but shared"

@@ -26,6 +26,7 @@ from memfs.mount.nodes import (
     type_bits,
 )
 from memfs.mount.state import Caller, fail
+from memfs.objectmeta import ObjectInfo
 from memfs.store import StoreError
 
 # Files up to this size are read whole when their metadata is first needed (see _read_metadata).
@@ -115,8 +116,11 @@ class Namespace(Listings):
             node.meta_known = True  # an implied directory has nothing more to tell
             return node
         data: bytes | None = None
+        cached = self._cached_info(node)
         try:
-            if node.size <= SMALL_FILE:
+            if cached is not None:
+                info, data = cached
+            elif node.size <= SMALL_FILE:
                 data, info = await self._s3(self.store.get, path)
             else:
                 info = await self._s3(self.store.head, path)
@@ -136,10 +140,26 @@ class Namespace(Listings):
         node.apply_info(info, now)
         node.meta_known = True
         if data is not None:
-            self.content.put(path, info.etag, data)
+            if cached is None:
+                self.content.put_bytes(path, info.etag, data, info)
             if kind is Kind.LINK:
                 node.symlink_target = data
         return node
+
+    def _cached_info(self, node: Node) -> tuple[ObjectInfo, bytes | None] | None:
+        """The metadata the content cache kept with the version a fresh listing names (after
+        a restart: no request for what an earlier mount read), with a symlink's target."""
+        if node.etag is None or not self._fresh(node.validated_at):
+            return None
+        entry = self.content.lookup(node.path, node.etag)
+        if entry is None or entry.info is None or entry.info.etag != node.etag:
+            return None
+        if kind_of_mode(entry.info.mode) is not Kind.LINK:
+            return entry.info, None
+        if entry.size > SMALL_FILE:
+            return None
+        blob = self.content.open(entry, entry.verified or self.content.verify(entry))
+        return (entry.info, blob.read_all()) if blob is not None else None
 
     def forget(self, inode_list: list[tuple[int, int]]) -> None:
         for inode, count in inode_list:

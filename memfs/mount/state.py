@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import errno
 import functools
+import hashlib
+import logging
 import os
 import socket
 import stat
@@ -17,13 +19,15 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import trio
 
 from memfs import protocol
+from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.config import MountConfig
-from memfs.mount.content import ContentCache
+from memfs.mount.diskcache import DiskCache
 from memfs.mount.handles import HandleTable
 from memfs.mount.nodes import ROOT_INODE, InodeTable, Kind, Node
 from memfs.mount.pathlocks import PathLocks
@@ -31,6 +35,8 @@ from memfs.mount.quota import Usage
 from memfs.mount.singleflight import SingleFlight
 from memfs.objectmeta import metadata_for
 from memfs.store import Store
+
+log = logging.getLogger(__name__)
 
 NAME_MAX = 255
 KEY_MAX = 1024
@@ -68,6 +74,15 @@ class AttrChange:
     gid: int | None = None
     mtime: float | None = None
     atime: float | None = None
+
+
+def content_dir(config: MountConfig) -> Path | None:
+    """Where this mount keeps its content cache: one directory per source and mountpoint under
+    ``--cache-dir`` (None: a private temporary one, for cores built without a cache dir)."""
+    if config.cache_dir is None:
+        return None
+    source = f"{config.endpoint_url}|{config.bucket}|{config.prefix}|{config.mountpoint}"
+    return config.cache_dir / f"content-{hashlib.sha256(source.encode()).hexdigest()[:12]}"
 
 
 def thread_group(pid: int) -> int:
@@ -119,7 +134,8 @@ class CoreState:
                     config.uid, config.gid, nlookup=1, meta_known=True)
         self.inodes = InodeTable(root)
         self.handles = HandleTable()
-        self.content = ContentCache()
+        # Versions of objects on disk, and the staging area of open files (diskcache).
+        self.content = DiskCache(content_dir(config), config.cache_size)
         # Namespace changes (create, unlink, rename, ...) claim the directories they change, so
         # none sees another half done; changes in different directories, reads and data
         # transfers run concurrently.
@@ -137,6 +153,9 @@ class CoreState:
         self.counters: Counter[str] = Counter()
         # Kernel requests served, by FUSE operation (counted by the adapter).
         self.ops: Counter[str] = Counter()
+        # Where background work runs (set by the daemon while it serves), and how much is left.
+        self.nursery: trio.Nursery | None = None
+        self.pending_background = 0
 
     # -- helpers every concern uses ----------------------------------------------------------
 
@@ -144,6 +163,54 @@ class CoreState:
         """Run a blocking store call in a worker thread."""
         return await trio.to_thread.run_sync(
             functools.partial(fn, *args, **kwargs), limiter=self.limiter)
+
+    async def _run(self, size: int, fn: Callable[..., Any], *args: Any) -> Any:
+        """Blocking disk work on ``size`` bytes: inline when small, else in a worker thread
+        (outside the S3 limiter: it waits on the disk, not the network)."""
+        if size <= INLINE:
+            return fn(*args)
+        return await trio.to_thread.run_sync(functools.partial(fn, *args))
+
+    def background(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run blocking ``fn`` in a worker thread without waiting for it (writing a cache
+        record). Dropped without a serving loop (unit tests): nothing depends on it but the
+        next mount's cache."""
+        if self.nursery is None:
+            return
+
+        async def run() -> None:
+            self.pending_background += 1
+            try:
+                await trio.to_thread.run_sync(functools.partial(fn, *args))
+            except OSError as exc:
+                log.warning("background %s failed: %s", getattr(fn, "__name__", fn), exc)
+            finally:
+                self.pending_background -= 1
+
+        self.nursery.start_soon(run)
+
+    def _new_blob(self) -> Blob:
+        """An empty staged blob for an open file's bytes."""
+        return self._staged(Blob.create, self.content.staging)
+
+    def _staged(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a disk operation of the staging area on the trio thread. A full disk first
+        evicts cached versions (they can be fetched again), then answers ENOSPC."""
+        while True:
+            try:
+                return fn(*args)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT) and self.content.make_room():
+                    continue
+                raise self._disk_error(exc) from None
+
+    def _disk_error(self, exc: OSError) -> OSError:
+        """A failure of the cache disk as the errno the caller sees (ENOSPC when full, else
+        EIO), with a log line: the kernel shows the caller only the errno."""
+        err = errno.ENOSPC if exc.errno in (errno.ENOSPC, errno.EDQUOT) else errno.EIO
+        log.error("cache disk %s: %s: answering %s", self.content.root, exc,
+                  errno.errorcode[err])
+        return fail(err)
 
     def _fresh(self, t: float) -> bool:
         return time.time() - t <= self.ttl

@@ -129,10 +129,13 @@ class Transactions(DataPath):
                                is_new=shared.is_new, remote_size=shared.remote_size,
                                agent=shared.agent)
             if shared.is_new:
-                private.data = bytearray(shared.data or b"")
+                private.body = (await self._run(shared.body.size, shared.body.fork,
+                                                self.content.staging)
+                                if shared.body is not None else self._new_blob())
                 private.dirty = True
-            elif shared.data is not None and self._current_state(shared) and not shared.dirty:
-                private.data = bytearray(shared.data)
+            elif (shared.body is not None and shared.body.etag is not None
+                  and self._current_state(shared) and not shared.dirty):
+                private.body = shared.body  # a version: never written, so safely shared
                 private.base_etag = shared.base_etag
             else:  # others' uncommitted changes are not ours to start from: load S3's version
                 private.base_etag = node.etag

@@ -12,26 +12,29 @@ from __future__ import annotations
 
 import datetime
 import errno
-import hashlib
 import logging
 import os
 import socket
 import time
 
 from memfs import protocol
+from memfs.mount import transfer
+from memfs.mount.blobs import INLINE, Blob
+from memfs.mount.diskcache import Entry
 from memfs.mount.handles import OpenFile
 from memfs.mount.namespace import Namespace
 from memfs.mount.nodes import Node
 from memfs.mount.state import fail
-from memfs.objectmeta import ObjectInfo
+from memfs.objectmeta import ObjectInfo, info_from_metadata
 from memfs.store import NotModified, StoreError
 
 log = logging.getLogger(__name__)
 
-
-def _md5(data: bytes) -> str:
-    """S3's ETag of a single-part PUT of ``data`` (hex MD5, without quotes)."""
-    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+#: Sequential reads of a big file fetch at least this much per GET (aligned), doubling while
+#: they stay sequential, up to the part size.
+READ_AHEAD = 1024 * 1024
+#: Parts of one multipart upload in flight at once (each holds one part in memory).
+PART_WORKERS = 4
 
 
 class Upload(Namespace):
@@ -39,48 +42,150 @@ class Upload(Namespace):
 
     async def _load(self, of: OpenFile, *, revalidate: bool = False,
                     expect: str | None = None) -> None:
-        """Fill ``of.data``: from the content cache if its ETag is current, else one GET.
+        """Give ``of`` its bytes: the cached version if its ETag is current, else one GET
+        (conditional when a version is cached); a big object gets an empty version that reads
+        fill range by range (``_fetch``), after a HEAD when the TTL ran out.
 
-        ``revalidate`` asks S3 even when the cached version is within the TTL (a conditional
-        GET). ``expect`` is the version the caller's writes were computed against: if S3 now
-        holds another one, nothing is loaded and the write fails with ESTALE instead of landing
-        at an offset that meant something else in the new version.
+        ``revalidate`` asks S3 even when the cached version is within the TTL. ``expect`` is the
+        version the caller's writes were computed against: if S3 now holds another one, nothing
+        is loaded and the write fails with ESTALE instead of landing at an offset that meant
+        something else in the new version.
         """
         node = of.node
         if of.is_new:
-            of.data = bytearray()
+            of.body = self._new_blob()
             return
-        cached = self.content.get(node.path)
-        if (cached and cached[0] == node.etag and self._fresh(node.validated_at)
-                and not revalidate):
-            self._expect_version(of, cached[0], expect)
-            self.counters["cache_hits"] += 1
-            of.data, of.base_etag = bytearray(cached[1]), cached[0]
+        fresh = self._fresh(node.validated_at) and not revalidate
+        entry = self.content.lookup(node.path)
+        if entry is not None and entry.etag == node.etag and fresh:
+            blob = await self._open_entry(entry)
+            if blob is not None:
+                self._expect_version(of, entry.etag, expect)
+                self.counters["cache_hits"] += 1
+                of.body, of.base_etag = blob, entry.etag
+                return
+            entry = None
+        if node.size > self.config.part_size:
+            await self._load_ranged(of, fresh, expect)
             return
         try:
             data, info = await self._s3(self.store.get, node.path,
-                                        if_none_match=cached[0] if cached else None)
+                                        if_none_match=entry.etag if entry else None)
         except NotModified:
-            assert cached is not None
+            assert entry is not None
+            blob = await self._open_entry(entry)
+            if blob is None:  # damaged on disk: fetch it whole after all
+                return await self._load(of, revalidate=revalidate, expect=expect)
             node.validated_at = time.time()
-            node.etag = cached[0]
-            self._expect_version(of, cached[0], expect)
+            node.etag = entry.etag
+            self._expect_version(of, entry.etag, expect)
             self.counters["cache_hits"] += 1
-            of.data, of.base_etag = bytearray(cached[1]), cached[0]
+            of.body, of.base_etag = blob, entry.etag
             return
         except StoreError as exc:
-            if exc.errno == errno.ENOENT and not node.detached:
-                self.inodes.detach(node.path)  # deleted behind our back
-                self._listing_remove(node.parent_path(), node.name())
+            self._gone(node, exc)
             raise
         node.apply_info(info, time.time())
-        self.content.put(node.path, info.etag, data)
+        blob = self._staged(Blob.from_bytes, self.content.staging, data, info.etag)
+        self._keep(node.path, blob, info)
         # A new version: the kernel may still bound reads by the old size (whoever updated the
         # node, a listing or this GET, the kernel was not told).
         self.kernel.forget_attrs(node.inode)
         self._expect_version(of, info.etag, expect)
         self.counters["cache_misses"] += 1
-        of.data, of.base_etag, of.remote_size = bytearray(data), info.etag, len(data)
+        of.body, of.base_etag, of.remote_size = blob, info.etag, len(data)
+
+    async def _load_ranged(self, of: OpenFile, fresh: bool, expect: str | None) -> None:
+        """A big object: nothing is fetched until read (``_fetch``)."""
+        node = of.node
+        if not fresh or node.etag is None:
+            try:
+                info = await self._s3(self.store.head, node.path)
+            except StoreError as exc:
+                self._gone(node, exc)
+                raise
+            if info is None:
+                self._gone(node, StoreError(errno.ENOENT, f"HEAD {node.path}: gone"))
+                raise fail(errno.ENOENT)
+            if info.etag != node.etag:
+                self.kernel.forget_attrs(node.inode)
+            node.apply_info(info, time.time())
+        assert node.etag is not None
+        self._expect_version(of, node.etag, expect)
+        info = ObjectInfo(node.size, node.etag, node.mtime, node.mode, node.uid, node.gid)
+        entry = self.content.lookup(node.path, node.etag)
+        blob = await self._open_entry(entry) if entry is not None else None
+        if blob is None:
+            blob = self._staged(self.content.new_version, node.path, info) or self._staged(
+                Blob.create, self.content.staging, node.size, node.etag)
+            self.counters["cache_misses"] += 1
+        else:
+            self.counters["cache_hits"] += 1
+        of.body, of.base_etag, of.remote_size = blob, node.etag, node.size
+
+    def _gone(self, node: Node, exc: StoreError) -> None:
+        if exc.errno == errno.ENOENT and not node.detached:
+            self.inodes.detach(node.path)  # deleted behind our back
+            self._listing_remove(node.parent_path(), node.name())
+
+    async def _open_entry(self, entry: Entry) -> Blob | None:
+        """A cached version's blob, checked first if it was read back from disk."""
+        ok = entry.verified or await self._run(entry.size, self.content.verify, entry)
+        return self.content.open(entry, ok)
+
+    def _keep(self, path: str, blob: Blob, info: ObjectInfo | None) -> Entry | None:
+        """Cache a version; its record is written now if small, else by a background task."""
+        entry = self.content.publish(path, blob, info)
+        if entry is not None and self.content.persistent:
+            if entry.size <= INLINE:
+                self.content.persist(entry)
+            else:
+                self.background(self.content.persist, entry)
+        return entry
+
+    async def _fetch_for_read(self, of: OpenFile, off: int, size: int) -> None:
+        """Fetch what a read needs, widening to a read-ahead window while reads are
+        sequential (doubling from 1 MiB up to the part size)."""
+        async with of.lock:
+            body = of.body
+            assert body is not None
+            if not body.missing(off, size):
+                return
+            if off == of.read_end and of.read_ahead:
+                of.read_ahead = min(of.read_ahead * 2, self.config.part_size)
+            else:
+                of.read_ahead = READ_AHEAD
+            start = off - off % READ_AHEAD
+            await self._fetch(of, start, max(off + size, start + of.read_ahead))
+
+    async def _fetch(self, of: OpenFile, start: int, end: int) -> None:
+        """Fill the missing ranges of [start, end) with ranged GETs of the version the bytes
+        derive from; ESTALE if S3 holds another one now. Caller holds ``of.lock``."""
+        body = of.body
+        assert body is not None and of.base_etag is not None
+        for gap_start, gap_end in body.missing(start, end - start):
+            pos = gap_start
+            while pos < gap_end:  # one GET per part-size span at most
+                stop = min(gap_end, pos + self.config.part_size)
+                try:
+                    await self._s3(transfer.fetch_range, self.store, of.node.path, body,
+                                   pos, stop, of.base_etag)
+                except StoreError as exc:
+                    if exc.errno == errno.ESTALE:
+                        log.warning("%s changed in S3 while this mount was reading its version "
+                                    "%s: the read is refused with ESTALE; reopen the file",
+                                    of.node.path, of.base_etag)
+                        of.node.validated_at = 0.0
+                    raise
+                pos = stop
+        if body.etag is not None and body.complete:
+            entry = self.content.lookup(of.node.path, body.etag)
+            if entry is not None and entry.present is body.present:
+                self._keep_record(entry)
+
+    def _keep_record(self, entry: Entry) -> None:
+        if self.content.persistent and entry.sha256 is None:
+            self.background(self.content.persist, entry)
 
     def _expect_version(self, of: OpenFile, found: str, expect: str | None) -> None:
         if expect is not None and found != expect:
@@ -120,57 +225,81 @@ class Upload(Namespace):
                 of.base_etag = of.node.etag
 
     async def _upload(self, of: OpenFile) -> None:
-        """One conditional PUT of the whole file. Caller holds ``of.lock``."""
+        """Upload the whole file: one conditional PUT, or a multipart upload with a conditional
+        completion above the part size. Caller holds ``of.lock``."""
         node = of.node
-        if of.data is None:
+        if of.body is None:
             await self._load(of)
-        assert of.data is not None
+        body = of.body
+        assert body is not None
+        if body.missing(0, body.size):
+            # Writes into a big file read only in part: the rest comes from the version they
+            # derive from (ranged GETs), to disk, before the upload reads it back.
+            await self._fetch(of, 0, body.size)
         path = node.path
         self._check_key(path)
-        snapshot = bytes(of.data)
         if of.private:
             node.mtime = time.time()
         metadata = self._metadata(node, of.agent)
-        self._check_total(len(snapshot) - of.remote_size)
-        of.dirty = of.meta_dirty = False  # writes that land during the PUT set it again
+        size = body.size
+        self._check_total(size - of.remote_size)
+        of.dirty = of.meta_dirty = False  # writes that land during the upload set it again
+        body.frozen = True  # and fork a copy of their own (DataPath._mutable)
         try:
-            info = await self._s3(
-                self.store.put, path, snapshot, metadata,
-                if_match=None if of.is_new else of.base_etag,
-                if_none_match=of.is_new or of.base_etag is None)
+            etag = await self._send(path, body, metadata,
+                                    if_match=None if of.is_new else of.base_etag,
+                                    if_none_match=of.is_new or of.base_etag is None)
         except StoreError as exc:
             if exc.errno != errno.ESTALE:
                 of.dirty = True  # keep the bytes staged: the next flush/fsync retries
                 of.upload_failed = True
                 raise
             current = await self._current(path)
-            if isinstance(current, ObjectInfo) and current.etag.strip('"') == _md5(snapshot):
-                # Our own PUT landed but its answer was lost, and botocore's retry then failed
-                # its precondition against our own new version: that is a success.
-                info = ObjectInfo(len(snapshot), current.etag, node.mtime, node.mode,
-                                  node.uid, node.gid)
+            if isinstance(current, ObjectInfo) and current.etag.strip('"') == await self._run(
+                    body.size, transfer.expected_etag, body, self.config.part_size):
+                # Our own upload landed but its answer was lost, and botocore's retry then
+                # failed its precondition against our own new version: that is a success.
+                etag = current.etag
             else:
                 of.is_new = False
-                await self._save_conflict(path, snapshot, metadata)
+                await self._save_conflict(path, body, metadata)
                 self.content.discard(path)
-                of.data = None
+                of.body = None
                 of.base_etag = None
                 self._learn_winner(node, current)
                 raise
+        finally:
+            body.frozen = False
+        info = info_from_metadata(size, etag, time.time(), metadata, path)
         of.upload_failed = False
-        self.usage.added(len(snapshot) - of.remote_size, new_file=of.is_new)
+        self.usage.added(size - of.remote_size, new_file=of.is_new)
         of.is_new = False
-        of.remote_size = len(snapshot)
-        of.base_etag = info.etag
-        node.etag = info.etag
-        node.size = len(snapshot)
+        of.remote_size = size
+        of.base_etag = etag
+        node.etag = etag
+        if of.body is body:  # else a write during the upload set the node's size already
+            node.size = size
         if of.private:
             self.kernel.forget_attrs(node.inode)
         node.meta_known = True
         node.validated_at = time.time()
-        self.content.put(path, info.etag, snapshot)
+        body.etag = etag  # exactly what S3 now holds: a version, forked by the next write
+        self._keep(path, body, info)
         if not node.detached and node.path == path:
             self._listing_add(node.parent_path(), node.name(), node)
+
+    async def _send(self, path: str, body: Blob, metadata: dict[str, str], *,
+                    if_match: str | None, if_none_match: bool) -> str:
+        """Write ``body`` as the object at ``path``: one PUT up to the part size (its bytes in
+        memory once), else a multipart upload. Returns the new ETag."""
+        if body.size <= self.config.part_size:
+            info = await self._s3(self.store.put, path, body.read_all(), metadata,
+                                  if_match=if_match, if_none_match=if_none_match)
+            return info.etag
+        return await self._s3(
+            transfer.upload_multipart, self.store, path, body, metadata,
+            part_size=self.config.part_size, workers=PART_WORKERS,
+            journal=self.content.uploads, if_match=if_match, if_none_match=if_none_match)
 
     async def _current(self, path: str) -> ObjectInfo | bool | None:
         """What S3 holds at ``path`` now (None: nothing; False: could not tell)."""
@@ -192,20 +321,20 @@ class Upload(Namespace):
         node.apply_info(current, time.time())
         self._listing_add(node.parent_path(), node.name(), node)
 
-    async def _save_conflict(self, path: str, data: bytes, metadata: dict[str, str]) -> None:
+    async def _save_conflict(self, path: str, body: Blob, metadata: dict[str, str]) -> None:
         """Keep a lost race's bytes where a person (or agent) can find them."""
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         where = f"{protocol.CONFLICT_DIR}/{path}.{stamp}.{socket.gethostname()}.{os.getpid()}"
         try:
-            await self._s3(self.store.put, where, data, metadata)
-            self.usage.added(len(data), new_file=True)
+            await self._send(where, body, metadata, if_match=None, if_none_match=False)
+            self.usage.added(body.size, new_file=True)
         except StoreError as exc:
             log.error("write conflict on %s and its %d bytes could not be saved to %s: %s",
-                      path, len(data), where, exc)
+                      path, body.size, where, exc)
             return
         self.counters["conflicts"] += 1
         log.warning("write conflict on %s: another writer changed it first; this writer's "
-                    "%d bytes are kept at %s", path, len(data), where)
+                    "%d bytes are kept at %s", path, body.size, where)
 
     async def flush_all(self) -> int:
         """Upload every open file with unsaved changes (O_TRUNC rewrites included; a

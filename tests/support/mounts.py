@@ -86,6 +86,10 @@ class Mounts:
             args += ["--log-level", log_level]
         if prefix:
             args += ["--prefix", prefix]
+        if not any(f == "--cache-dir" or f.startswith("--cache-dir=") for f in flags):
+            # Each mountpoint gets its own content cache below it; keeping them in the workdir
+            # (not ~/.cache) leaves nothing behind and lets a test restart with its cache.
+            args += ["--cache-dir", str(self.workdir / "cache")]
         return self._start("memfs", [*args, *flags], mnt, log, env)
 
     def peer(self, kind: str, bucket: str, *, endpoint: str | None = None,

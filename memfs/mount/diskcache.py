@@ -1,0 +1,331 @@
+"""The content cache: versions of objects kept on disk, keyed by path and ETag, across restarts.
+
+Reopening a file whose ETag this mount still trusts costs no request; revalidating it costs a
+conditional GET that usually answers 304 without a body. After a restart the cache is still
+there: a LIST tells each object's current ETag, and an entry whose ETag matches serves both the
+attributes a lookup needs (the object's user metadata is kept with the entry) and the bytes,
+without a GET. An entry is never served for another ETag than its own.
+
+On disk (``root`` is ``--cache-dir``/``content-<tag>``, one per mount source and mountpoint)::
+
+    lock              flock()ed by the mount using the directory, holds its pid
+    staging/          open files' staged bytes (``Blob``), removed at the next start
+    objects/X.data    one version of one object (sparse while only ranges were read)
+    objects/X.json    {"path", "etag", "size", "sha256", "info"}: written, atomically, only once
+                      X.data is complete; X.data without it is discarded at the next start
+    uploads/          multipart uploads in flight (memfs.mount.transfer), aborted at next start
+
+Integrity: an entry read back after a restart is checked once against its SHA-256 before its
+first use (a crash mid-write, a full disk or someone editing the directory leave a file that does
+not match: it is discarded, never served); entries this process wrote are trusted. LRU-bounded
+by ``max_bytes`` (an entry's full size counts); an entry bigger than the bound is not kept. With
+``persistent`` off (``--cache-size 0``) nothing outlives the mount and the bound is
+``SESSION_BYTES``, as before the cache moved to disk.
+
+Lives on the trio thread, except ``verify`` and ``persist``, which only read files and write one
+new file, and are what the core runs in a worker thread for big entries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from memfs.mount.blobs import Blob, Ranges
+from memfs.objectmeta import ObjectInfo
+
+log = logging.getLogger(__name__)
+
+#: The in-session bound when the disk cache is off (what memory held before it moved to disk).
+SESSION_BYTES = 64 * 1024 * 1024
+
+
+class CacheInUse(Exception):
+    """Another live mount holds the cache directory; ``str()`` is the one line to show."""
+
+
+@dataclass(eq=False)
+class Entry:
+    """One cached version. ``present`` is shared with the blobs reading it (ranges fill in)."""
+
+    path: str
+    etag: str
+    size: int
+    name: str  # file stem under objects/
+    present: Ranges
+    info: ObjectInfo | None = None
+    sha256: str | None = None  # set once persisted
+    verified: bool = True  # False for entries read back from disk until checked
+
+
+class DiskCache:
+    """Versions of objects on disk (see the module docstring).
+
+    INVARIANT: ``_used`` is the sum of the entries' sizes, ≤ ``max_bytes``.
+    """
+
+    def __init__(self, root: Path | None, max_bytes: int) -> None:
+        self.persistent = root is not None and max_bytes > 0
+        self.max_bytes = max_bytes if self.persistent else SESSION_BYTES
+        self._temporary = root is None
+        self.root = root if root is not None else Path(tempfile.mkdtemp(prefix="memfs-cache-"))
+        self.staging = self.root / "staging"
+        self.objects = self.root / "objects"
+        self.uploads = self.root / "uploads"
+        self._items: OrderedDict[str, Entry] = OrderedDict()
+        self._used = 0
+        self._lock_fd = self._take_lock()
+        for d in (self.staging, self.objects, self.uploads):
+            d.mkdir(parents=True, exist_ok=True)
+        _empty(self.staging)
+        if self.persistent:
+            self._load()
+        else:
+            _empty(self.objects)
+
+    def _take_lock(self) -> int:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise CacheInUse(f"the cache directory {self.root} is in use by another memfs "
+                             f"mount (pid {holder}): give each mount its own --cache-dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def close(self) -> None:
+        if self._lock_fd < 0:
+            return
+        os.close(self._lock_fd)
+        self._lock_fd = -1
+        if self._temporary:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- what is cached ----------------------------------------------------------------------
+
+    def lookup(self, path: str, etag: str | None = None) -> Entry | None:
+        """The entry for ``path`` (only if it is version ``etag``, when given)."""
+        entry = self._items.get(path)
+        if entry is None or (etag is not None and entry.etag != etag):
+            return None
+        return entry
+
+    def verify(self, entry: Entry) -> bool:
+        """Whether an entry read back from disk still holds what was written (blocking: the
+        core runs it in a thread for big entries). Does not change the index."""
+        if entry.verified:
+            return True
+        try:
+            blob = Blob.open_file(self._data(entry.name), entry.size, entry.present, entry.etag)
+        except OSError:
+            return False
+        try:
+            return os.fstat(blob.fd).st_size == entry.size and blob.sha256() == entry.sha256
+        except OSError:
+            return False
+        finally:
+            blob.close()
+
+    def open(self, entry: Entry, verified: bool = True) -> Blob | None:
+        """A blob reading the entry's file; None (and the entry dropped) if it failed ``verify``
+        or its file is gone."""
+        if not verified:
+            log.warning("cached copy of %s (%s) is damaged: discarded, fetching it again",
+                        entry.path, entry.etag)
+            self._drop(entry)
+            return None
+        try:
+            blob = Blob.open_file(self._data(entry.name), entry.size, entry.present, entry.etag)
+        except OSError:
+            self._drop(entry)
+            return None
+        entry.verified = True
+        self._items.move_to_end(entry.path)
+        return blob
+
+    # -- adding --------------------------------------------------------------------------------
+
+    def new_version(self, path: str, info: ObjectInfo) -> Blob | None:
+        """An empty entry for version ``info`` of ``path``, filled range by range by whoever
+        reads it; None if it is too big to cache (the caller stages a private blob instead)."""
+        if info.size > self.max_bytes:
+            return None
+        self.discard(path)
+        name = uuid.uuid4().hex
+        data = self._data(name)
+        fd = os.open(data, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, info.size)
+        finally:
+            os.close(fd)
+        entry = Entry(path, info.etag, info.size, name, Ranges(), info)
+        self._add(entry)
+        return Blob.open_file(data, info.size, entry.present, info.etag)
+
+    def publish(self, path: str, blob: Blob, info: ObjectInfo | None) -> Entry | None:
+        """Keep a staged blob that is now exactly version ``blob.etag`` of ``path`` (after its
+        upload, or a whole GET). The blob stays usable; the cache links its file."""
+        assert blob.etag is not None, "only a version is cached"
+        self.discard(path)
+        if (blob.size > self.max_bytes // 4 and not self.persistent) or blob.size > self.max_bytes:
+            return None
+        name = uuid.uuid4().hex
+        try:
+            os.link(blob.path, self._data(name))
+        except OSError as exc:
+            log.warning("could not cache %s: %s", path, exc)
+            return None
+        entry = Entry(path, blob.etag, blob.size, name, blob.present, info)
+        self._add(entry)
+        return entry
+
+    def put_bytes(self, path: str, etag: str, data: bytes, info: ObjectInfo | None) -> None:
+        """Keep a small object's bytes (a GET made for its metadata, a symlink's target)."""
+        try:
+            blob = Blob.from_bytes(self.staging, data, etag)
+        except OSError as exc:
+            log.warning("could not cache %s: %s", path, exc)
+            return
+        entry = self.publish(path, blob, info)
+        if entry is not None:
+            self.persist(entry)
+
+    def persist(self, entry: Entry) -> None:
+        """Write the entry's record, so the next mount may use it (blocking: hashes the file;
+        the core runs it in a thread for big entries). Only complete entries persist."""
+        if not self.persistent or entry.sha256 is not None or not entry.present.covers(
+                0, entry.size):
+            return
+        try:
+            fd = os.open(self._data(entry.name), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return  # evicted meanwhile
+        blob = Blob(fd, self._data(entry.name), entry.size, entry.present, entry.etag,
+                    owned=False)
+        try:
+            digest = blob.sha256()
+        finally:
+            blob.close()
+        record = {"path": entry.path, "etag": entry.etag, "size": entry.size, "sha256": digest,
+                  "info": dataclasses.asdict(entry.info) if entry.info else None}
+        tmp = self.objects / f"{entry.name}.json.tmp"
+        try:
+            tmp.write_text(json.dumps(record))
+            os.replace(tmp, self._meta(entry.name))
+        except OSError as exc:
+            log.warning("could not record the cached copy of %s: %s", entry.path, exc)
+            tmp.unlink(missing_ok=True)
+            return
+        entry.sha256 = digest
+
+    # -- removing ------------------------------------------------------------------------------
+
+    def discard(self, path: str) -> None:
+        entry = self._items.get(path)
+        if entry is not None:
+            self._drop(entry)
+
+    def move(self, old: str, new: str) -> None:
+        """Follow a rename: entries at or below ``old`` now belong to ``new``."""
+        moved = [e for p, e in self._items.items() if p == old or p.startswith(old + "/")]
+        for entry in moved:
+            self._drop(entry, remove_files=False)
+            self.discard(new + entry.path[len(old):])
+            entry.path = new + entry.path[len(old):]
+            self._add(entry)
+            if entry.sha256 is not None:
+                entry.sha256 = None
+                self.persist(entry)  # rewrites the record under its new path
+
+    def make_room(self) -> bool:
+        """Evict the least recently used entry (the disk is full); False if none is left."""
+        if not self._items:
+            return False
+        self._drop(next(iter(self._items.values())))
+        return True
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _data(self, name: str) -> Path:
+        return self.objects / f"{name}.data"
+
+    def _meta(self, name: str) -> Path:
+        return self.objects / f"{name}.json"
+
+    def _add(self, entry: Entry) -> None:
+        self._items[entry.path] = entry
+        self._used += entry.size
+        while self._used > self.max_bytes and len(self._items) > 1:
+            self._drop(next(iter(self._items.values())))
+
+    def _drop(self, entry: Entry, remove_files: bool = True) -> None:
+        if self._items.get(entry.path) is entry:
+            del self._items[entry.path]
+            self._used -= entry.size
+        if remove_files:
+            # Open blobs keep reading the unlinked file through their descriptors.
+            self._meta(entry.name).unlink(missing_ok=True)
+            self._data(entry.name).unlink(missing_ok=True)
+
+    def _load(self) -> None:
+        """Read back the records of the previous mounts; drop what has no complete record."""
+        records: list[tuple[float, Entry]] = []
+        for meta in self.objects.glob("*.json"):
+            name = meta.name.removesuffix(".json")
+            try:
+                record = json.loads(meta.read_text())
+                info = ObjectInfo(**record["info"]) if record.get("info") else None
+                entry = Entry(str(record["path"]), str(record["etag"]), int(record["size"]),
+                              name, Ranges([(0, int(record["size"]))]), info,
+                              str(record["sha256"]), verified=False)
+                mtime = meta.stat().st_mtime
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("discarding unreadable cache record %s: %s", meta, exc)
+                meta.unlink(missing_ok=True)
+                continue
+            records.append((mtime, entry))
+        records.sort(key=lambda r: r[0])
+        for _, entry in records:
+            if not self._data(entry.name).exists():
+                self._meta(entry.name).unlink(missing_ok=True)
+                continue
+            old = self._items.get(entry.path)
+            if old is not None:
+                self._drop(old)
+            self._add(entry)
+        kept = {e.name for e in self._items.values()}
+        for f in self.objects.iterdir():
+            if f.name.split(".", 1)[0] not in kept:
+                f.unlink(missing_ok=True)
+        if self._items:
+            log.info("content cache: %d entries (%d bytes) from earlier mounts in %s",
+                     len(self._items), self._used, self.root)
+
+    def stats(self) -> dict[str, int]:
+        return {"entries": len(self._items), "bytes": self._used, "max_bytes": self.max_bytes}
+
+    def check_invariants(self) -> None:
+        assert self._used == sum(e.size for e in self._items.values()), "size drifted"
+        assert self._used <= self.max_bytes or len(self._items) <= 1
+        for path, entry in self._items.items():
+            assert entry.path == path, f"entry for {entry.path} filed under {path}"
+
+
+def _empty(directory: Path) -> None:
+    for f in directory.iterdir():
+        with contextlib.suppress(OSError):
+            shutil.rmtree(f) if f.is_dir() else f.unlink()

@@ -1,0 +1,186 @@
+"""Moving big files' bytes between a ``Blob`` and S3: ranged GETs, multipart uploads, cleanup.
+
+Small files go whole (``Store.get``/``Store.put``: one request each). Above ``part_size`` a file
+is read in ranges — each ranged GET conditional on the version the blob holds (``If-Match``), so
+bytes of two versions are never mixed — and written as a multipart upload whose parts are read
+from the blob one at a time per worker (memory stays at ``workers × part_size``, whatever the file
+size). The completion carries the same condition a whole PUT would: ``If-Match`` on the version
+the bytes derive from, or ``If-None-Match: *`` for a new file. AWS S3 enforces both on
+CompleteMultipartUpload; moto 5.2.5 only the latter (docs/SEMANTICS.md).
+
+An upload that fails is aborted. One that cannot be (the daemon was killed) is recorded in the
+cache's ``uploads/`` directory before its first part, and the next mount aborts every recorded
+one (``abort_recorded``). `memfs gc` aborts uploads under the prefix older than ``ORPHAN_AGE``
+(another machine's crash, or a lost cache directory: ``abort_stale``).
+
+Blocking code: the core calls these functions in a worker thread.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import hashlib
+import json
+import logging
+import math
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from memfs.mount.blobs import Blob
+from memfs.store import Store, StoreError, translate
+
+log = logging.getLogger(__name__)
+
+#: S3's limits: at most 10,000 parts, each at least 5 MiB except the last.
+MAX_PARTS = 10_000
+MIN_PART = 5 * 1024 * 1024
+MIB = 1024 * 1024
+#: An incomplete multipart upload this old is someone's crash, not an upload in progress.
+ORPHAN_AGE = datetime.timedelta(hours=24)
+
+
+def part_size_for(size: int, part_size: int) -> int:
+    """The part size for a file of ``size`` bytes: ``part_size``, grown (in whole MiB) when the
+    file would otherwise need more than 10,000 parts."""
+    need = math.ceil(size / MAX_PARTS)
+    return max(part_size, math.ceil(need / MIB) * MIB)
+
+
+def fetch_range(store: Store, path: str, blob: Blob, start: int, end: int, etag: str) -> int:
+    """Fill [start, end) of ``blob`` with a ranged GET of version ``etag`` (the one its bytes
+    derive from); ESTALE if S3 holds another version now. Returns the bytes fetched."""
+    key = store.key(path)
+    try:
+        resp = store.client.get_object(Bucket=store.bucket, Key=key, IfMatch=etag,
+                                       Range=f"bytes={start}-{end - 1}")
+        pos = start
+        for chunk in resp["Body"].iter_chunks(MIB):
+            blob.fill(pos, chunk)
+            pos += len(chunk)
+    except StoreError:
+        raise
+    except Exception as exc:
+        err = translate(exc, "GET", key)
+        if err.errno == errno.ENOENT:  # deleted since: the version we hold is gone
+            raise StoreError(errno.ESTALE, f"GET {key}: deleted by another writer",
+                             err.code) from exc
+        raise err from exc
+    if pos != end:
+        raise StoreError(errno.EIO, f"GET {key}: {pos - start} of {end - start} bytes")
+    return end - start
+
+
+def multipart_etag(part_md5s: list[bytes]) -> str:
+    """The ETag S3 gives a multipart object: MD5 of the parts' MD5s, dash, part count."""
+    return hashlib.md5(b"".join(part_md5s), usedforsecurity=False).hexdigest() + \
+        f"-{len(part_md5s)}"
+
+
+def expected_etag(blob: Blob, part_size: int) -> str:
+    """The ETag S3 gives ``blob``'s bytes when memfs uploads them (one PUT up to ``part_size``,
+    else parts): reads the whole blob, to recognise an upload whose answer was lost."""
+    if blob.size <= part_size:
+        return hashlib.md5(blob.read_all(), usedforsecurity=False).hexdigest()
+    part = part_size_for(blob.size, part_size)
+    return multipart_etag([hashlib.md5(blob.read(off, part), usedforsecurity=False).digest()
+                           for off in range(0, blob.size, part)])
+
+
+def upload_multipart(store: Store, path: str, blob: Blob, metadata: dict[str, str], *,
+                     part_size: int, workers: int, journal: Path, if_match: str | None,
+                     if_none_match: bool) -> str:
+    """Upload the whole blob as one multipart object, the completion conditional like a PUT.
+    Returns the new ETag; ESTALE for a lost race."""
+    key = store.key(path)
+    size = blob.size
+    part = part_size_for(size, part_size)
+    count = max(1, math.ceil(size / part))
+    try:
+        upload_id = store.client.create_multipart_upload(
+            Bucket=store.bucket, Key=key, Metadata=metadata,
+            ContentType="application/octet-stream")["UploadId"]
+    except Exception as exc:
+        raise translate(exc, "MPU-CREATE", key) from exc
+    record = journal / f"{hashlib.sha256(upload_id.encode()).hexdigest()[:32]}.json"
+    record.write_text(json.dumps({"key": key, "upload_id": upload_id}))
+
+    def send(number: int) -> dict[str, object]:
+        data = blob.read((number - 1) * part, part)
+        try:
+            resp = store.client.upload_part(Bucket=store.bucket, Key=key, UploadId=upload_id,
+                                            PartNumber=number, Body=data)
+        except Exception as exc:
+            raise translate(exc, "MPU-PART", key) from exc
+        return {"PartNumber": number, "ETag": resp["ETag"]}
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers),
+                                thread_name_prefix="memfs-part") as pool:
+            parts = list(pool.map(send, range(1, count + 1)))
+        condition = {"IfMatch": if_match} if if_match else (
+            {"IfNoneMatch": "*"} if if_none_match else {})
+        try:
+            resp = store.client.complete_multipart_upload(
+                Bucket=store.bucket, Key=key, UploadId=upload_id,
+                MultipartUpload={"Parts": parts}, **condition)
+        except Exception as exc:
+            err = translate(exc, "MPU-COMPLETE", key)
+            if if_match and err.errno == errno.ENOENT:
+                raise StoreError(errno.ESTALE, f"MPU-COMPLETE {key}: deleted by another writer",
+                                 err.code) from exc
+            raise err from exc
+    except BaseException:
+        _abort(store, key, upload_id)
+        record.unlink(missing_ok=True)
+        raise
+    record.unlink(missing_ok=True)
+    return str(resp["ETag"])
+
+
+def _abort(store: Store, key: str, upload_id: str) -> bool:
+    try:
+        store.client.abort_multipart_upload(Bucket=store.bucket, Key=key, UploadId=upload_id)
+    except Exception as exc:
+        err = translate(exc, "MPU-ABORT", key)
+        if err.errno != errno.ENOENT:  # NoSuchUpload: already gone
+            log.warning("could not abort the multipart upload of %s: %s", key, err.strerror)
+            return False
+    return True
+
+
+def abort_recorded(store: Store, journal: Path) -> int:
+    """Abort the uploads an earlier daemon recorded and never finished (it was killed): no
+    request at all when there are none. Returns how many were aborted."""
+    aborted = 0
+    for record in sorted(journal.glob("*.json")):
+        try:
+            entry = json.loads(record.read_text())
+            key, upload_id = str(entry["key"]), str(entry["upload_id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            record.unlink(missing_ok=True)
+            continue
+        if _abort(store, key, upload_id):
+            aborted += 1
+            record.unlink(missing_ok=True)
+    if aborted:
+        log.info("aborted %d incomplete multipart upload(s) left by an earlier mount", aborted)
+    return aborted
+
+
+def abort_stale(store: Store, age: datetime.timedelta = ORPHAN_AGE) -> int:
+    """Abort every incomplete multipart upload under the prefix older than ``age`` (`memfs gc`):
+    what a crash on another machine, or a lost cache directory, left behind."""
+    aborted = 0
+    try:
+        pages = store.client.get_paginator("list_multipart_uploads").paginate(
+            Bucket=store.bucket, Prefix=store.prefix)
+        now = datetime.datetime.now(datetime.UTC)
+        for page in pages:
+            for upload in page.get("Uploads", ()):
+                if now - upload["Initiated"] >= age and _abort(
+                        store, upload["Key"], upload["UploadId"]):
+                    aborted += 1
+    except Exception as exc:
+        raise translate(exc, "MPU-LIST", store.prefix) from exc
+    return aborted
