@@ -176,10 +176,19 @@ class DataPath(Upload):
         assert of.body is not None
         return of.body
 
-    async def _mutable(self, of: OpenFile) -> Blob:
+    async def _fetch_rest(self, of: OpenFile) -> None:
+        """Before the first write into a big file read only in part, fetch the rest of the
+        version it derives from (ranged GETs, to disk). S3 cannot patch an object: the upload
+        needs every byte, and if another writer wins the race meanwhile, the conflict copy must
+        hold this writer's whole file, not holes where the lost version was."""
+        async with of.lock:
+            assert of.body is not None
+            await self._fetch(of, 0, of.body.size)
+
+    async def _mutable(self, of: OpenFile, *, locked: bool = False) -> Blob:
         """The blob a write may change: a version (shared with the cache and other readers) or
-        one an upload is reading is forked first. Big forks copy in a thread, under the lock,
-        so two writes never fork twice."""
+        one an upload is reading is forked first. Big forks copy in a thread, under the lock
+        (``locked``: the caller holds it), so two writes never fork twice."""
         body = of.body
         assert body is not None
         if body.etag is None and not body.frozen:
@@ -187,25 +196,35 @@ class DataPath(Upload):
         if body.size <= INLINE:
             of.body = self._staged(body.fork, self.content.staging)
             return of.body
+        if locked:
+            return await self._fork(of)
         async with of.lock:
-            body = of.body
-            assert body is not None
-            if body.etag is not None or body.frozen:
-                try:
-                    of.body = await self._run(body.size, body.fork, self.content.staging)
-                except OSError as exc:
-                    raise self._disk_error(exc) from None
+            return await self._fork(of)
+
+    async def _fork(self, of: OpenFile) -> Blob:
+        body = of.body
+        assert body is not None
+        if body.etag is not None or body.frozen:
+            try:
+                of.body = await self._run(body.size, body.fork, self.content.staging)
+            except OSError as exc:
+                raise self._disk_error(exc) from None
         assert of.body is not None
         return of.body
 
     async def _truncate(self, of: OpenFile, size: int) -> None:
+        """Caller holds ``of.lock``."""
         self._check_size(of, size)
         of.truncation_only = False
         if size == 0:
             of.body = self._new_blob()
         else:
-            await self._ensure_body(of)
-            body = await self._mutable(of)
+            if of.body is None:
+                await self._load(of)
+            assert of.body is not None
+            if of.body.missing(0, of.body.size):
+                await self._fetch(of, 0, of.body.size)
+            body = await self._mutable(of, locked=True)
             self._staged(body.truncate, size)  # sparse: no bytes are written
         of.dirty = True
         if not of.private:
@@ -234,6 +253,8 @@ class DataPath(Upload):
             off = body.size
             self.kernel.forget_attrs(of.node.inode)
         self._check_size(of, max(body.size, off + len(buf)))
+        if body.missing(0, body.size):
+            await self._fetch_rest(of)
         body = await self._mutable(of)
         of.truncation_only = False
         node = of.node
