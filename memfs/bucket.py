@@ -116,6 +116,21 @@ class Bucket:
         return [(e.get("Key", ""), f"{e.get('Code')} {e.get('Message')}")
                 for e in resp.get("Errors", ())]
 
+    def uploads(self, prefix: str) -> Iterator[tuple[str, str, datetime]]:
+        """Incomplete multipart uploads under `prefix`: (key, upload id, initiated)."""
+        for page in self.client.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.name, Prefix=prefix):
+            for u in page.get("Uploads", ()):
+                yield u["Key"], u["UploadId"], u["Initiated"]
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        """Abort one multipart upload (its parts are deleted); gone already is fine."""
+        try:
+            self.client.abort_multipart_upload(Bucket=self.name, Key=key, UploadId=upload_id)
+        except botocore.exceptions.ClientError as exc:
+            if _code(exc) not in ("NoSuchUpload", "404"):
+                raise
+
     def copy_version(self, key: str, version_id: str, metadata: dict[str, str],
                      content_type: str) -> str | None:
         """Copy a version of `key` onto `key` (server side) with new metadata; the new version's

@@ -124,10 +124,9 @@ def cmd_gc(args: argparse.Namespace, ctx: Context) -> int:
     if target.rel:
         raise GcError(f"{args.mount} is inside the mount {target.mountpoint}: give the mount "
                       "itself (policies are relative to its root)", usage=True)
-    if not policies:
+    if not policies and not args.json:  # still aborts what crashed uploads left (below)
         ctx.say(f"{PROG} gc: no expiry policy (give --policy SUBTREE=AGE or set MEMFS_EXPIRE); "
                 "nothing expires")
-        return 0
     progress = Progress(ctx.stderr, quiet=args.quiet)
     try:
         report = on_bucket(target, lambda s3: gc.run_gc(
@@ -136,7 +135,7 @@ def cmd_gc(args: argparse.Namespace, ctx: Context) -> int:
         progress.finish()
     if args.json:
         ctx.say(json.dumps(report.as_json(), indent=1))
-    else:
+    elif policies or report.stale_uploads:
         ctx.say(render(report, list_paths=args.list))
     if report.failed:
         return ctx.fail(f"{len(report.failed)} object(s) could not be deleted (first: "
@@ -159,9 +158,11 @@ def render(report: GcReport, *, list_paths: bool = False) -> str:
         rows.append(["total", "", f"{total[0]:,}", f"{total[1]:,}", fmt_size(total[2]),
                      f"{total[3]:,}"])
     verb = "would expire" if report.dry_run else "expired"
-    out = [head, table(["POLICY", "MAX AGE", "FILES", verb.upper(),
-                        "WOULD FREE" if report.dry_run else "FREED", "DIRS"],
-                       rows, right=[2, 3, 4, 5])]
+    out = [head]
+    if rows:
+        out.append(table(["POLICY", "MAX AGE", "FILES", verb.upper(),
+                          "WOULD FREE" if report.dry_run else "FREED", "DIRS"],
+                         rows, right=[2, 3, 4, 5]))
     if list_paths:
         for r in report.policies:
             out += [f"{verb}: {t.display(p)}" for p in r.paths]
@@ -169,6 +170,10 @@ def render(report: GcReport, *, list_paths: bool = False) -> str:
         out.append(f"note: bucket {t.bucket} is versioned: the expired files remain as noncurrent "
                    "versions (memfs restore brings one back) until a lifecycle rule expires "
                    "noncurrent versions, so the bytes are not freed yet")
+    if report.stale_uploads:
+        out.append(f"{'would abort' if report.dry_run else 'aborted'} {report.stale_uploads} "
+                   "incomplete multipart upload(s) older than "
+                   f"{gc.UPLOAD_AGE.total_seconds() / 3600:.0f} h (a crashed writer's parts)")
     for key, reason in report.failed[:10]:
         out.append(f"failed: {key}: {reason}")
     return "\n".join(out)

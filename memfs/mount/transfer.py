@@ -10,15 +10,14 @@ CompleteMultipartUpload; moto 5.2.5 only the latter (docs/SEMANTICS.md).
 
 An upload that fails is aborted. One that cannot be (the daemon was killed) is recorded in the
 cache's ``uploads/`` directory before its first part, and the next mount aborts every recorded
-one (``abort_recorded``). `memfs gc` aborts uploads under the prefix older than ``ORPHAN_AGE``
-(another machine's crash, or a lost cache directory: ``abort_stale``).
+one (``abort_recorded``). `memfs gc` aborts uploads under the prefix older than a day (another
+machine's crash, or a lost cache directory).
 
 Blocking code: the core calls these functions in a worker thread.
 """
 
 from __future__ import annotations
 
-import datetime
 import errno
 import hashlib
 import json
@@ -36,8 +35,6 @@ log = logging.getLogger(__name__)
 MAX_PARTS = 10_000
 MIN_PART = 5 * 1024 * 1024
 MIB = 1024 * 1024
-#: An incomplete multipart upload this old is someone's crash, not an upload in progress.
-ORPHAN_AGE = datetime.timedelta(hours=24)
 
 
 def part_size_for(size: int, part_size: int) -> int:
@@ -165,22 +162,4 @@ def abort_recorded(store: Store, journal: Path) -> int:
             record.unlink(missing_ok=True)
     if aborted:
         log.info("aborted %d incomplete multipart upload(s) left by an earlier mount", aborted)
-    return aborted
-
-
-def abort_stale(store: Store, age: datetime.timedelta = ORPHAN_AGE) -> int:
-    """Abort every incomplete multipart upload under the prefix older than ``age`` (`memfs gc`):
-    what a crash on another machine, or a lost cache directory, left behind."""
-    aborted = 0
-    try:
-        pages = store.client.get_paginator("list_multipart_uploads").paginate(
-            Bucket=store.bucket, Prefix=store.prefix)
-        now = datetime.datetime.now(datetime.UTC)
-        for page in pages:
-            for upload in page.get("Uploads", ()):
-                if now - upload["Initiated"] >= age and _abort(
-                        store, upload["Key"], upload["UploadId"]):
-                    aborted += 1
-    except Exception as exc:
-        raise translate(exc, "MPU-LIST", store.prefix) from exc
     return aborted

@@ -17,6 +17,9 @@ scratch/=7d"``; no policy: keep everything), deciding what expired, deleting it,
 * **Deletion** is DeleteObjects, 1,000 keys per request. On a versioned bucket that adds delete
   markers: the expired versions stay (``memfs restore`` brings them back) until a lifecycle rule
   expires noncurrent versions; the report says so.
+* **Incomplete multipart uploads** under the prefix older than ``UPLOAD_AGE`` are aborted (their
+  parts cost storage and no listing shows them): what a daemon killed on another machine, or
+  one whose cache directory was lost, left behind. A mount aborts its own leftovers itself.
 * Expiry by last access is not implemented (the mount does not record access times).
 
 A library: ``run_gc`` reports progress to a `Progress` (this module's reports nothing; the
@@ -42,6 +45,8 @@ from memfs.ops.locate import Target
 from memfs.protocol import META_MTIME
 
 HEAD_WORKERS = 8
+#: An incomplete multipart upload this old is someone's crash, not an upload in progress.
+UPLOAD_AGE = timedelta(hours=24)
 
 
 class GcError(OpError):
@@ -147,11 +152,14 @@ class GcReport:
     policies: list[PolicyReport]
     versioned: bool = False
     failed: list[tuple[str, str]] = field(default_factory=list)  # (key, reason)
+    # Incomplete multipart uploads older than UPLOAD_AGE aborted (or, dry, that would be).
+    stale_uploads: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {"source": f"s3://{self.target.bucket}/{self.target.prefix}",
                 "now": fmt_time(self.now), "dry_run": self.dry_run, "versioned": self.versioned,
                 "policies": [p.as_json() for p in self.policies],
+                "stale_uploads": self.stale_uploads,
                 "failed": [{"key": k, "reason": r} for k, r in self.failed]}
 
 
@@ -270,4 +278,11 @@ def run_gc(
         report.versioned = s3.versioning_status() in ("Enabled", "Suspended")
     except S3_ERRORS:
         report.versioned = False
+
+    # 5. Multipart uploads someone's crash left behind.
+    for key, upload_id, initiated in list(s3.uploads(prefix)):
+        if initiated <= now - UPLOAD_AGE:
+            if not dry_run:
+                s3.abort_upload(key, upload_id)
+            report.stale_uploads += 1
     return report

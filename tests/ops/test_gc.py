@@ -218,6 +218,27 @@ def test_policy_from_env_and_no_policy(s3, s3_reset, capsys) -> None:
     assert rc == 0 and "no expiry policy" in out and keys(s3) == {"p/scratch/b.md"}
 
 
+def test_incomplete_uploads_older_than_a_day_are_aborted(s3, s3_reset, capsys) -> None:
+    """What a writer killed mid-upload on another machine left: parts nobody lists. gc aborts
+    those under the prefix older than a day, with or without a policy; --dry-run only counts."""
+    old = s3.create_multipart_upload(Bucket=BUCKET, Key="p/big.bin")["UploadId"]
+    s3.create_multipart_upload(Bucket=BUCKET, Key="outside/big.bin")
+    t0 = s3.list_multipart_uploads(Bucket=BUCKET)["Uploads"][0]["Initiated"]
+
+    def live() -> set[str]:
+        return {u["Key"] for u in s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", ())}
+
+    assert gc_json(capsys, s3_reset, "--now", at(t0, hours=1))["stale_uploads"] == 0
+    rc, out, _ = run_gc(capsys, s3_reset, "--now", at(t0, hours=25), "--dry-run")
+    assert rc == 0 and "would abort 1 incomplete multipart upload" in out
+    assert live() == {"p/big.bin", "outside/big.bin"}
+    rc, out, _ = run_gc(capsys, s3_reset, "--now", at(t0, hours=25))
+    assert rc == 0 and "aborted 1 incomplete multipart upload" in out, out
+    assert live() == {"outside/big.bin"}  # never outside the prefix
+    with pytest.raises(s3.exceptions.NoSuchUpload):
+        s3.list_parts(Bucket=BUCKET, Key="p/big.bin", UploadId=old)
+
+
 @pytest.mark.parametrize(("spec", "text"), [
     ("session/", "expected SUBTREE=AGE"),
     ("session/=0h", "the age must be a positive number"),
