@@ -69,6 +69,13 @@ def prometheus(statuses: list[dict[str, Any]]) -> str:
         for result, n in sorted(st.get("cache", {}).items()):
             lines.append(f'memfs_cache_total{{mountpoint="{_label(st["mountpoint"])}",'
                          f'result="{result}"}} {n}')
+    for what, help_text in (("bytes", "Bytes the on-disk content cache holds"),
+                            ("entries", "Objects the on-disk content cache holds")):
+        name = f"memfs_content_cache_{what}"
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        for st in statuses:
+            value = st.get("content_cache", {}).get(what, 0)
+            lines.append(f'{name}{{mountpoint="{_label(st["mountpoint"])}"}} {value}')
     lines += ["# HELP memfs_s3_requests_total S3 requests by operation and outcome",
               "# TYPE memfs_s3_requests_total counter"]
     for st in statuses:

@@ -220,6 +220,9 @@ class DiskCache:
             digest = blob.sha256()
         finally:
             blob.close()
+        self._write_record(entry, digest)
+
+    def _write_record(self, entry: Entry, digest: str) -> None:
         record = {"path": entry.path, "etag": entry.etag, "size": entry.size, "sha256": digest,
                   "info": dataclasses.asdict(entry.info) if entry.info else None}
         tmp = self.objects / f"{entry.name}.json.tmp"
@@ -248,8 +251,7 @@ class DiskCache:
             entry.path = new + entry.path[len(old):]
             self._add(entry)
             if entry.sha256 is not None:
-                entry.sha256 = None
-                self.persist(entry)  # rewrites the record under its new path
+                self._write_record(entry, entry.sha256)  # the same bytes, under the new path
 
     def make_room(self) -> bool:
         """Evict the least recently used entry (the disk is full); False if none is left."""

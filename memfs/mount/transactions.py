@@ -59,6 +59,7 @@ class Transactions(DataPath):
             "conflicts": self.counters["conflicts"],
             "cache": {"hits": self.counters["cache_hits"],
                       "misses": self.counters["cache_misses"]},
+            "content_cache": self.content.stats(),
             "s3": store_stats.snapshot() if store_stats is not None else {},
             "fuse_ops": dict(sorted(self.ops.items())),
         }
