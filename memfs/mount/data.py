@@ -233,12 +233,13 @@ class DataPath(Upload):
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
         of = self.handles.files[fh]
-        body = await self._ensure_body(of)
-        if body.missing(off, size):
-            await self._fetch_for_read(of, off, size)
+        while True:  # the body may be replaced while a fetch awaits (a write forks it)
+            body = await self._ensure_body(of)
+            if not body.missing(off, size):
+                break
+            await self._fetch_for_read(of, body, off, size)
         of.read_end = off + size
-        assert of.body is not None
-        return of.body.read(off, size)
+        return body.read(off, size)
 
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         of = self.handles.files[fh]

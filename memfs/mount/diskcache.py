@@ -110,10 +110,12 @@ class DiskCache:
     def close(self) -> None:
         if self._lock_fd < 0:
             return
-        os.close(self._lock_fd)
-        self._lock_fd = -1
         if self._temporary:
             shutil.rmtree(self.root, ignore_errors=True)
+        elif not self.persistent:  # --cache-size 0: nothing outlives the mount
+            _empty(self.objects)
+        os.close(self._lock_fd)
+        self._lock_fd = -1
 
     # -- what is cached ----------------------------------------------------------------------
 

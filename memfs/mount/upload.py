@@ -17,6 +17,8 @@ import os
 import socket
 import time
 
+import trio
+
 from memfs import protocol
 from memfs.mount import transfer
 from memfs.mount.blobs import INLINE, Blob
@@ -35,6 +37,8 @@ log = logging.getLogger(__name__)
 READ_AHEAD = 1024 * 1024
 #: Parts of one multipart upload in flight at once (each holds one part in memory).
 PART_WORKERS = 4
+#: Part-size spans fetched ahead of a sequential reader, in the background.
+PREFETCH = 2
 
 
 class Upload(Namespace):
@@ -143,38 +147,64 @@ class Upload(Namespace):
                 self.background(self.content.persist, entry)
         return entry
 
-    async def _fetch_for_read(self, of: OpenFile, off: int, size: int) -> None:
-        """Fetch what a read needs, widening to a read-ahead window while reads are
-        sequential (doubling from 1 MiB up to the part size)."""
-        async with of.lock:
-            body = of.body
-            assert body is not None
-            if not body.missing(off, size):
-                return
-            if off == of.read_end and of.read_ahead:
-                of.read_ahead = min(of.read_ahead * 2, self.config.part_size)
-            else:
-                of.read_ahead = READ_AHEAD
-            start = off - off % READ_AHEAD
-            await self._fetch(of, start, max(off + size, start + of.read_ahead))
+    async def _fetch_for_read(self, of: OpenFile, body: Blob, off: int, size: int) -> None:
+        """Fetch what a read needs into ``body``, widening to a read-ahead window while reads
+        are sequential (doubling from 1 MiB up to the part size), and then keep the next
+        ``PREFETCH`` part-size spans coming in the background. A span another read or the
+        prefetch is already fetching is waited for, not fetched twice. Reads never take
+        ``of.lock``: readers of different parts of one file fetch at once."""
+        end = min(off + size, body.size)
+        busy = [done for (s, e), done in of.inflight.items() if s < end and e > off]
+        if busy:
+            await busy[0].wait()
+            return  # the caller looks again at what is missing
+        if off == of.read_end and of.read_ahead:
+            of.read_ahead = min(of.read_ahead * 2, self.config.part_size)
+        else:
+            of.read_ahead = READ_AHEAD
+        start = off - off % READ_AHEAD
+        stop = min(body.size, max(end, start + of.read_ahead))
+        await self._fetch_span(of, body, start, stop)
+        if of.read_ahead == self.config.part_size and self.nursery is not None:
+            for n in range(PREFETCH):
+                ahead = stop + n * self.config.part_size
+                span = (ahead, min(body.size, ahead + self.config.part_size))
+                if span[0] < span[1] and span not in of.inflight and body.missing(
+                        span[0], span[1] - span[0]):
+                    self.nursery.start_soon(self._prefetch, of, body, *span)
 
-    async def _fetch(self, of: OpenFile, start: int, end: int) -> None:
-        """Fill the missing ranges of [start, end) with ranged GETs of the version the bytes
-        derive from; ESTALE if S3 holds another one now. Caller holds ``of.lock``."""
-        body = of.body
-        assert body is not None and of.base_etag is not None
+    async def _fetch_span(self, of: OpenFile, body: Blob, start: int, stop: int) -> None:
+        done = of.inflight[(start, stop)] = trio.Event()
+        try:
+            await self._fetch(of, start, stop, body)
+        finally:
+            del of.inflight[(start, stop)]
+            done.set()
+
+    async def _prefetch(self, of: OpenFile, body: Blob, start: int, stop: int) -> None:
+        try:
+            await self._fetch_span(of, body, start, stop)
+        except OSError as exc:  # the read that needs it will fetch it, and report
+            log.debug("prefetch of %s [%d, %d) failed: %s", of.node.path, start, stop, exc)
+
+    async def _fetch(self, of: OpenFile, start: int, end: int, body: Blob | None = None) -> None:
+        """Fill the missing ranges of [start, end) of ``body`` (default: the open file's) with
+        ranged GETs of the version the bytes derive from; ESTALE if S3 holds another one now."""
+        body = body or of.body
+        etag = (body.etag if body is not None else None) or of.base_etag
+        assert body is not None and etag is not None
         for gap_start, gap_end in body.missing(start, end - start):
             pos = gap_start
             while pos < gap_end:  # one GET per part-size span at most
                 stop = min(gap_end, pos + self.config.part_size)
                 try:
                     await self._s3(transfer.fetch_range, self.store, of.node.path, body,
-                                   pos, stop, of.base_etag)
+                                   pos, stop, etag)
                 except StoreError as exc:
                     if exc.errno == errno.ESTALE:
                         log.warning("%s changed in S3 while this mount was reading its version "
                                     "%s: the read is refused with ESTALE; reopen the file",
-                                    of.node.path, of.base_etag)
+                                    of.node.path, etag)
                         of.node.validated_at = 0.0
                     raise
                 pos = stop
