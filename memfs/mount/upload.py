@@ -24,6 +24,7 @@ from memfs.mount import transfer
 from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.diskcache import Entry
 from memfs.mount.handles import OpenFile
+from memfs.mount.listings import BIG_DIR
 from memfs.mount.namespace import Namespace
 from memfs.mount.nodes import Node
 from memfs.mount.state import fail
@@ -61,6 +62,8 @@ class Upload(Namespace):
             return
         fresh = self._fresh(node.validated_at) and not revalidate
         entry = self.content.lookup(node.path)
+        if entry is not None and entry.etag == node.etag and not fresh and not revalidate:
+            fresh = await self._confirm_by_listing(node)
         if entry is not None and entry.etag == node.etag and fresh:
             blob = await self._open_entry(entry)
             if blob is not None:
@@ -98,6 +101,20 @@ class Upload(Namespace):
         self._expect_version(of, info.etag, expect)
         self.counters["cache_misses"] += 1
         of.body, of.base_etag, of.remote_size = blob, info.etag, len(data)
+
+    async def _confirm_by_listing(self, node: Node) -> bool:
+        """Confirm a cached version whose TTL ran out by listing its directory again when that
+        is one LIST page: the same one request a conditional GET would cost, and it confirms
+        every sibling at once (``grep -r`` over a cached tree costs LISTs, not GETs). Whether
+        the node is now confirmed, at the version the listing names."""
+        parent = self.inodes.at(node.parent_path())
+        stale = parent.listing if parent is not None else None
+        if (parent is None or stale is None or len(stale.files) + len(stale.dirs) > BIG_DIR
+                or self.ttl <= 0):  # with no TTL, nothing a LIST says counts as confirmed
+            return False
+        listing = await self._listing(parent)
+        return self._sync_child(parent, node.name(), listing) is node and self._fresh(
+            node.validated_at)
 
     async def _load_ranged(self, of: OpenFile, fresh: bool, expect: str | None) -> None:
         """A big object: nothing is fetched until read (``_fetch``)."""

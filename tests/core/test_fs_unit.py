@@ -140,6 +140,22 @@ def test_reopen_within_ttl_serves_cached_bytes(counted: Counted) -> None:
     assert counted.take() == {}
 
 
+def test_reopen_after_ttl_in_a_listed_directory_lists_it_again(s3, s3_reset) -> None:
+    """A cached version whose TTL ran out is confirmed by one LIST of its directory (which
+    confirms its siblings too), not a GET per file."""
+    c = Counted(s3_reset, ttl=0.2)
+
+    async def main():
+        inos = [await write_file(c.fs, ROOT, f"r{i}.md".encode(), b"data") for i in range(3)]
+        await c.fs.core._listing(c.fs.core.inodes.at(""))  # the directory was listed
+        c.take()
+        await trio.sleep(0.3)
+        for ino in inos:
+            assert await read_file(c.fs, ino) == b"data"
+    run(main)
+    assert c.take() == {"ListObjectsV2": 1}
+
+
 def test_reopen_after_ttl_revalidates_with_a_conditional_get(s3, s3_reset) -> None:
     c = Counted(s3_reset, ttl=0)
 
