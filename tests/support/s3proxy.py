@@ -12,7 +12,18 @@ byte, and on the way
   request, or a stall of N seconds;
 * optionally (``ignore_conditions``) plays an S3 server that does not enforce conditional writes:
   the ``If-Match`` and ``If-None-Match`` headers of writes are dropped before they reach moto
-  (moto checks no signatures, so the request stays valid).
+  (moto checks no signatures, so the request stays valid);
+* optionally (``enforce_multipart_conditions``) plays AWS S3 where moto does not: moto 5.2.5
+  enforces ``If-None-Match`` on CompleteMultipartUpload but ignores ``If-Match``, so a stale
+  complete would silently replace a newer object. With the option on, a CompleteMultipartUpload
+  (``POST /bucket/key?uploadId=...``) that carries ``If-Match`` is checked first: the proxy sends
+  its own ``HEAD`` of the key upstream (the request's ``Host``, and its ``Authorization`` lent
+  as is: moto wants one but checks no signatures; this HEAD is neither counted nor recorded)
+  and answers ``404 NoSuchKey`` if the object is missing or ``412 PreconditionFailed`` if its
+  ETag differs, as S3 does, without forwarding (the upload stays open, as on S3). A match (or
+  ``If-Match: *`` on an existing key), or a HEAD answered with any other status, forwards the
+  request unchanged. Check and complete are two requests, so a write landing between them is
+  not caught: enough for tests of one writer racing another, not a linearizable S3.
 
 It is an HTTP/1.1 relay written on raw sockets, not on ``http.server``: message framing
 (``Content-Length``, ``Transfer-Encoding: chunked``, HEAD's body-less ``Content-Length``,
@@ -34,13 +45,15 @@ Usage::
         ...
         proxy.counts()  # {"PUT": 3, "GET": 2, ...}
 
-or ``python -m tests.support.s3proxy --upstream URL --port N [--delay-ms N]``.
+or ``python -m tests.support.s3proxy --upstream URL --port N [--delay-ms N]
+[--enforce-multipart-conditions]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import ipaddress
 import logging
 import random
@@ -306,6 +319,8 @@ class Request:
 _BUF = 64 * 1024
 _MAX_HEAD = 64 * 1024
 _HOP_BY_HOP_RESPONSE = frozenset({"connection", "keep-alive"})
+# What the If-Match check's own HEAD borrows from the request it checks (enforce_multipart_...).
+_LENT_HEADERS = ("authorization", "x-amz-date", "x-amz-security-token")
 
 
 class _Closed(Exception):
@@ -459,6 +474,7 @@ class S3Proxy:
         upstream_timeout_s: float = 120.0,
         idle_timeout_s: float = 300.0,
         ignore_conditions: bool = False,
+        enforce_multipart_conditions: bool = False,
     ) -> None:
         up = urlsplit(upstream_url)
         if up.scheme != "http" or not up.hostname:
@@ -480,6 +496,7 @@ class S3Proxy:
         self._upstream_timeout_s = upstream_timeout_s
         self._idle_timeout_s = idle_timeout_s
         self.ignore_conditions = ignore_conditions
+        self.enforce_multipart_conditions = enforce_multipart_conditions
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", port))
@@ -665,6 +682,16 @@ class S3Proxy:
         if self.ignore_conditions and method in ("PUT", "POST"):
             head = [line for line in head
                     if not line.lower().startswith((b"if-match:", b"if-none-match:"))]
+        elif (self.enforce_multipart_conditions and op == MPU_COMPLETE
+              and "if-match" in headers):
+            refusal = self._if_match_refusal(urlsplit(target).path, headers)
+            if refusal is not None:
+                if expects:
+                    _send(client, b"HTTP/1.1 100 Continue\r\n\r\n")
+                rec.bytes_in = _relay_body(reader, None, framing)
+                status, reason, code, message = refusal
+                self._send_error(client, rec, status, reason, code, message, path, client_keep)
+                return client_keep, up
         # Forward. moto (werkzeug) closes after every response, so upstream connections are
         # usually one-shot; reuse one only when it said keep-alive and is still quiet.
         if up is None or not up.reusable():
@@ -762,6 +789,32 @@ class S3Proxy:
             return client_keep, None
         return client_keep, up
 
+    def _if_match_refusal(
+        self, raw_path: str, headers: dict[str, str]
+    ) -> tuple[int, str, str, str] | None:
+        """What S3 would answer a CompleteMultipartUpload whose ``If-Match`` does not hold
+        (status, reason, code, message), or None to forward it. Asks upstream with a HEAD."""
+        conn = http.client.HTTPConnection(*self.upstream, timeout=self._upstream_timeout_s)
+        try:
+            # moto checks no signatures but refuses (403) a request with none: lend the
+            # client's credentials (the signature covers the POST, which moto does not verify).
+            lent = {k: headers[k] for k in _LENT_HEADERS if k in headers}
+            conn.request("HEAD", raw_path, headers={**lent, "Host": headers.get("host", "")})
+            resp = conn.getresponse()
+            resp.read()
+            status, etag = resp.status, resp.getheader("ETag", "")
+        finally:
+            conn.close()
+        if status == 404:
+            return 404, "Not Found", "NoSuchKey", "The specified key does not exist."
+        if status != 200:
+            return None  # not ours to judge: let the server answer the complete itself
+        wanted = [t.strip().removeprefix("W/").strip('"') for t in headers["if-match"].split(",")]
+        if "*" in wanted or etag.strip('"') in wanted:
+            return None
+        return (412, "Precondition Failed", "PreconditionFailed",
+                "At least one of the pre-conditions you specified did not hold")
+
     def _send_error(
         self, client: socket.socket, rec: Request, status: int, reason: str, code: str,
         message: str, path: str, keep: bool,
@@ -774,8 +827,9 @@ class S3Proxy:
             f"Content-Length: {len(body)}",
             f"x-amz-request-id: {request_id}",
             f"Date: {formatdate(usegmt=True)}",
-            f"x-memfs-s3proxy-fault: {rec.fault}",
         ]
+        if rec.fault is not None:
+            lines.append(f"x-memfs-s3proxy-fault: {rec.fault}")
         if code == "SlowDown":
             lines.append("Retry-After: 1")
         if not keep:
@@ -844,6 +898,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fault-kinds", default=",".join(Faults().kinds),
                    help=f"comma-separated subset of {','.join(FAULT_KINDS)}")
     p.add_argument("--stall-s", type=float, default=1.0, help="length of a 'stall' fault")
+    p.add_argument("--enforce-multipart-conditions", action="store_true",
+                   help="refuse a CompleteMultipartUpload whose If-Match does not hold "
+                        "(412/404, as AWS S3; moto ignores it)")
     p.add_argument("--duration", type=float, default=None,
                    help="stop after this many seconds (default: until Ctrl-C / SIGTERM)")
     a = p.parse_args(argv)
@@ -853,7 +910,8 @@ def main(argv: list[str] | None = None) -> int:
                         kinds=tuple(k for k in a.fault_kinds.split(",") if k),
                         stall_s=a.stall_s)
     try:
-        proxy = S3Proxy(a.upstream, delay_s=a.delay_ms / 1000.0, faults=faults, port=a.port)
+        proxy = S3Proxy(a.upstream, delay_s=a.delay_ms / 1000.0, faults=faults, port=a.port,
+                        enforce_multipart_conditions=a.enforce_multipart_conditions)
     except (ValueError, OSError) as e:
         print(f"s3proxy: {e}", file=sys.stderr)
         return 2
