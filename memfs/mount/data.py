@@ -222,8 +222,9 @@ class DataPath(Upload):
             if of.body is None:
                 await self._load(of)
             assert of.body is not None
-            if of.body.missing(0, of.body.size):
-                await self._fetch(of, 0, of.body.size)
+            keep = min(size, of.body.size)  # what survives the truncation is all it needs
+            if of.body.missing(0, keep):
+                await self._fetch(of, 0, keep)
             body = await self._mutable(of, locked=True)
             self._staged(body.truncate, size)  # sparse: no bytes are written
         of.dirty = True

@@ -117,6 +117,17 @@ def test_writing_into_the_middle_of_a_big_file_keeps_the_rest(mounts, proxy, s3)
     assert (mnt / "mid.bin").read_bytes() == expect[:6 * MIB]
 
 
+def test_truncating_a_big_file_fetches_only_what_it_keeps(mounts, proxy, s3) -> None:
+    data = _pattern(30 * MIB, seed=2)
+    s3.put_object(Bucket=BUCKET, Key="cut.bin", Body=data)
+    mnt = mounts("", *PART)
+    proxy.reset_counts()
+    os.truncate(mnt / "cut.bin", 3 * MIB + 5)
+    assert _s3_bytes(s3, "cut.bin") == data[:3 * MIB + 5]
+    assert _get_bytes(proxy) < 4 * MIB, proxy.counts()
+    assert proxy.counts().get("PUT") == 1  # below the part size: one PUT
+
+
 def test_memory_does_not_grow_with_the_file(mounts, s3, tmp_path: Path) -> None:
     """100 MiB through `dd bs=1M`: the daemon's peak RSS stays far below the file's size
     (it held the whole file, twice, before the data path moved to disk)."""
