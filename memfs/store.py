@@ -119,6 +119,15 @@ def translate(exc: Exception, op: str, key: str) -> StoreError:
     raise exc
 
 
+def translate_conditional(exc: Exception, op: str, key: str) -> StoreError:
+    """Like `translate`, for a request conditional on the version we hold (``If-Match``): the
+    object being gone (404) is a lost race too, as a 412 is: ESTALE."""
+    err = translate(exc, op, key)
+    if err.errno == errno.ENOENT:
+        return StoreError(errno.ESTALE, f"{op} {key}: deleted by another writer", err.code)
+    return err
+
+
 class ClientSetupError(Exception):
     """boto3 cannot make a client from the settings (an endpoint in ``AWS_ENDPOINT_URL_S3`` that
     is not a URL, an ``AWS_PROFILE`` that does not exist); ``str()`` is one line."""
@@ -352,11 +361,7 @@ class Store:
                 Bucket=self.bucket, Key=key, Body=data, Metadata=metadata,
                 ContentType=content_type, **kwargs)
         except Exception as exc:
-            err = translate(exc, "PUT", key)
-            if if_match and err.errno == errno.ENOENT:
-                raise StoreError(errno.ESTALE, f"PUT {key}: deleted by another writer",
-                                 err.code) from exc
-            raise err from exc
+            raise (translate_conditional if if_match else translate)(exc, "PUT", key) from exc
         return info_from_metadata(len(data), resp["ETag"], time.time(), metadata, key)
 
     def copy(

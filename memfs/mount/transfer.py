@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from memfs.mount.blobs import Blob
-from memfs.store import Store, StoreError, translate
+from memfs.store import Store, StoreError, translate, translate_conditional
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +57,8 @@ def fetch_range(store: Store, path: str, blob: Blob, start: int, end: int, etag:
             pos += len(chunk)
     except StoreError:
         raise
-    except Exception as exc:
-        err = translate(exc, "GET", key)
-        if err.errno == errno.ENOENT:  # deleted since: the version we hold is gone
-            raise StoreError(errno.ESTALE, f"GET {key}: deleted by another writer",
-                             err.code) from exc
-        raise err from exc
+    except Exception as exc:  # 404: deleted since, the version we hold is gone
+        raise translate_conditional(exc, "GET", key) from exc
     if pos != end:
         raise StoreError(errno.EIO, f"GET {key}: {pos - start} of {end - start} bytes")
     return end - start
@@ -122,11 +118,8 @@ def upload_multipart(store: Store, path: str, blob: Blob, metadata: dict[str, st
                 Bucket=store.bucket, Key=key, UploadId=upload_id,
                 MultipartUpload={"Parts": parts}, **condition)
         except Exception as exc:
-            err = translate(exc, "MPU-COMPLETE", key)
-            if if_match and err.errno == errno.ENOENT:
-                raise StoreError(errno.ESTALE, f"MPU-COMPLETE {key}: deleted by another writer",
-                                 err.code) from exc
-            raise err from exc
+            raise (translate_conditional if if_match else translate)(
+                exc, "MPU-COMPLETE", key) from exc
     except BaseException:
         _abort(store, key, upload_id)
         record.unlink(missing_ok=True)
