@@ -45,6 +45,7 @@ _ERRNO_BY_CODE = {
     "404": errno.ENOENT,
     "NotFound": errno.ENOENT,
     "NoSuchBucket": errno.ENOENT,
+    "NoSuchUpload": errno.ENOENT,  # a multipart upload already aborted or completed
     "AccessDenied": errno.EACCES,
     "403": errno.EACCES,
     "Forbidden": errno.EACCES,

@@ -273,7 +273,9 @@ class DiskCache:
     def _add(self, entry: Entry) -> None:
         self._items[entry.path] = entry
         self._used += entry.size
-        while self._used > self.max_bytes and len(self._items) > 1:
+        while self._used > self.max_bytes and self._items:
+            # Least recently used first; an entry bigger than the whole bound (a lowered
+            # --cache-size at restart) goes too.
             self._drop(next(iter(self._items.values())))
 
     def _drop(self, entry: Entry, remove_files: bool = True) -> None:
@@ -324,7 +326,7 @@ class DiskCache:
 
     def check_invariants(self) -> None:
         assert self._used == sum(e.size for e in self._items.values()), "size drifted"
-        assert self._used <= self.max_bytes or len(self._items) <= 1
+        assert self._used <= self.max_bytes, f"{self._used} bytes over the bound"
         for path, entry in self._items.items():
             assert entry.path == path, f"entry for {entry.path} filed under {path}"
 
