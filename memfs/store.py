@@ -176,6 +176,14 @@ class Store:
         self.prefix = prefix
         self.stats = RequestStats()
         self.stats.attach(client)
+        # For requests that may legitimately take minutes (completing a multipart upload of
+        # gigabytes: S3 assembles it before answering); the normal client's read timeout
+        # would give up on them. Set with `use_for_slow_requests`.
+        self.slow_client: Any = client
+
+    def use_for_slow_requests(self, client: Any) -> None:
+        self.slow_client = client
+        self.stats.attach(client)
 
     def key(self, path: str) -> str:
         return self.prefix + path

@@ -36,6 +36,9 @@ from memfs.store import ClientSetupError, Store, StoreError, make_client
 log = logging.getLogger(__name__)
 
 READY_FD_ENV = "MEMFS_READY_FD"
+#: Read timeout for S3 requests that may take minutes to answer (CompleteMultipartUpload of a
+#: multi-GiB object: S3, MinIO and s3rver assemble the object before they answer).
+SLOW_READ_TIMEOUT_S = 900.0
 #: How long an unmount waits for cache records still being written.
 BACKGROUND_GRACE_S = 30.0
 
@@ -167,6 +170,11 @@ def run(config: MountConfig) -> int:
         except ClientSetupError as exc:
             raise MountError(str(exc)) from None
         store = Store(client, config.bucket, config.prefix)
+        store.use_for_slow_requests(make_client(
+            config.endpoint_url, config.region, max_attempts=config.max_attempts,
+            connect_timeout=config.connect_timeout,
+            read_timeout=max(config.read_timeout, SLOW_READ_TIMEOUT_S),
+            max_connections=config.max_connections))
         try:
             store.check_access()
         except StoreError as exc:

@@ -114,15 +114,16 @@ def upload_multipart(store: Store, path: str, blob: Blob, metadata: dict[str, st
         condition = {"IfMatch": if_match} if if_match else (
             {"IfNoneMatch": "*"} if if_none_match else {})
         try:
-            resp = store.client.complete_multipart_upload(
+            resp = store.slow_client.complete_multipart_upload(
                 Bucket=store.bucket, Key=key, UploadId=upload_id,
                 MultipartUpload={"Parts": parts}, **condition)
         except Exception as exc:
             raise (translate_conditional if if_match else translate)(
                 exc, "MPU-COMPLETE", key) from exc
     except BaseException:
-        _abort(store, key, upload_id)
-        record.unlink(missing_ok=True)
+        if _abort(store, key, upload_id):
+            record.unlink(missing_ok=True)
+        # else the record stays: the next mount tries again
         raise
     record.unlink(missing_ok=True)
     return str(resp["ETag"])
