@@ -23,7 +23,7 @@ from botocore.config import Config
 
 from memfs.mountinfo import is_mountpoint as is_mounted  # noqa: F401 (many tests import it here)
 from tests.support.mounts import Mounts, memfs_cmd  # noqa: F401 (memfs_cmd: re-exported)
-from tests.support.s3server import moto_server
+from tests.support.s3server import atomic_conditional_writes, moto_server
 
 BUCKET = "memfs-test"
 REGION = "us-east-1"
@@ -31,8 +31,10 @@ REGION = "us-east-1"
 
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
-    """URL of a moto S3 server on loopback, shared by the session."""
-    with moto_server() as url:
+    """URL of a moto S3 server on loopback, shared by the session, whose conditional writes
+    are atomic as S3's are (moto checks, then stores: two racing PUTs on one ETag could both
+    pass under load, a lost update tests would blame on memfs)."""
+    with atomic_conditional_writes(), moto_server() as url:
         yield url
 
 

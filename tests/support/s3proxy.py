@@ -497,6 +497,7 @@ class S3Proxy:
         self._idle_timeout_s = idle_timeout_s
         self.ignore_conditions = ignore_conditions
         self.enforce_multipart_conditions = enforce_multipart_conditions
+        self._complete_lock = threading.Lock()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", port))
@@ -684,14 +685,28 @@ class S3Proxy:
                     if not line.lower().startswith((b"if-match:", b"if-none-match:"))]
         elif (self.enforce_multipart_conditions and op == MPU_COMPLETE
               and "if-match" in headers):
-            refusal = self._if_match_refusal(urlsplit(target).path, headers)
-            if refusal is not None:
-                if expects:
-                    _send(client, b"HTTP/1.1 100 Continue\r\n\r\n")
-                rec.bytes_in = _relay_body(reader, None, framing)
-                status, reason, code, message = refusal
-                self._send_error(client, rec, status, reason, code, message, path, client_keep)
-                return client_keep, up
+            # The check and the completion are one step, as on AWS: two completions checked
+            # against the same version before either lands would both pass otherwise.
+            with self._complete_lock:
+                refusal = self._if_match_refusal(urlsplit(target).path, headers)
+                if refusal is not None:
+                    if expects:
+                        _send(client, b"HTTP/1.1 100 Continue\r\n\r\n")
+                    rec.bytes_in = _relay_body(reader, None, framing)
+                    status, reason, code, message = refusal
+                    self._send_error(client, rec, status, reason, code, message, path,
+                                     client_keep)
+                    return client_keep, up
+                return self._forward_upstream(client, reader, head, method, framing, expects,
+                                              client_keep, fault, rec, up)
+        return self._forward_upstream(client, reader, head, method, framing, expects,
+                                      client_keep, fault, rec, up)
+
+    def _forward_upstream(
+        self, client: socket.socket, reader: BinaryIO, head: list[bytes], method: str,
+        framing: tuple[str, int], expects: bool, client_keep: bool, fault: str | None,
+        rec: Request, up: _Upstream | None,
+    ) -> tuple[bool, _Upstream | None]:
         # Forward. moto (werkzeug) closes after every response, so upstream connections are
         # usually one-shot; reuse one only when it said keep-alive and is still quiet.
         if up is None or not up.reusable():

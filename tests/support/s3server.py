@@ -4,6 +4,11 @@ In-process (`ThreadedMotoServer`, ~1 s to start) for the test suite and the reli
 pjdfstest runners; in a child process for benchmarks, so moto's work does not compete for the GIL
 with the clients and the counting proxy being measured. Both yield the server's URL and stop it
 on exit. Test credentials only: nothing here may reach a real account.
+
+`atomic_conditional_writes()` makes an in-process moto apply conditional writes as S3 does: moto
+5.2.5 checks ``If-Match``/``If-None-Match`` of a PutObject (and DeleteObject) and only then, after
+some work, stores the object, so two PUTs conditional on the same ETag can both succeed when its
+threads interleave (seen under CPU load as lost updates in the two-mount storms).
 """
 
 from __future__ import annotations
@@ -36,6 +41,34 @@ def clean_env(base: dict[str, str] | None = None) -> dict[str, str]:
            if not k.startswith(("AWS_", "MEMFS_", "RCLONE_"))}
     env.update(AWS_ACCESS_KEY_ID=KEY_ID, AWS_SECRET_ACCESS_KEY=SECRET, AWS_DEFAULT_REGION=REGION)
     return env
+
+
+@contextlib.contextmanager
+def atomic_conditional_writes() -> Iterator[None]:
+    """While active, an in-process moto server handles object writes (PUT, COPY, DELETE, and
+    the POSTs that create and complete multipart uploads) one at a time, so each conditional
+    write's check and store are one step. Uploads of parts and reads are not serialized."""
+    import threading
+
+    from moto.s3.responses import S3Response
+
+    lock = threading.RLock()
+    names = ("put_object", "copy_object", "delete_object", "_key_response_post")
+    originals = {name: getattr(S3Response, name) for name in names}
+
+    def serialized(original):
+        def method(self, *args, **kwargs):
+            with lock:
+                return original(self, *args, **kwargs)
+        return method
+
+    for name, original in originals.items():
+        setattr(S3Response, name, serialized(original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(S3Response, name, original)
 
 
 @contextlib.contextmanager
