@@ -275,3 +275,25 @@ def test_a_killed_upload_leaves_no_parts_after_the_next_mount(mounts, proxy, s3)
     assert s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads")
     mounts("", *PART, mountpoint=mnt)
     assert not s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads")
+
+
+def test_a_full_cache_disk_refuses_the_write_it_cannot_stage(mounts, s3, tmp_path) -> None:
+    """The cache directory on a 24 MiB tmpfs: a 64 MiB write fails with ENOSPC, the daemon
+    lives on, and what was acknowledged before is intact in S3 and through the mount."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(small)], check=True)
+    try:
+        mnt = mounts("", *PART, "--cache-dir", str(small))
+        kept = _pattern(3 * MIB, seed=7)
+        (mnt / "kept.bin").write_bytes(kept)
+        with pytest.raises(OSError) as full, open(mnt / "huge.bin", "wb") as f:
+            for i in range(64):
+                f.write(_pattern(MIB, seed=i))
+        assert full.value.errno == errno.ENOSPC
+        assert (mnt / "kept.bin").read_bytes() == kept
+        assert _s3_bytes(s3, "kept.bin") == kept
+        assert "ENOSPC" in mounts.log(mnt)
+        mounts.unmount(mnt)
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
