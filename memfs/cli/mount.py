@@ -213,7 +213,7 @@ def mount_config(args: argparse.Namespace, twins: Twins) -> MountConfig:
         region=pick("region") or None,
         foreground=bool(pick("foreground")),
         read_only=bool(pick("read_only")),
-        cache_dir=Path(cache_dir).absolute() if cache_dir else default_cache_dir(),
+        cache_dir=Path(cache_dir).absolute() if cache_dir else _usable(default_cache_dir()),
         allow_other=bool(pick("allow_other")),
         log_level=(pick("log_level") or "info").lower(),
         **kwargs,
@@ -283,6 +283,17 @@ def _log_path(config: MountConfig) -> Path:
     if chosen := os.environ.get("MEMFS_LOG_PATH"):
         return Path(chosen)
     return (config.cache_dir or default_cache_dir()) / f"mount-{tag}.log"
+
+
+def _usable(directory: Path) -> Path | None:
+    """The default cache directory if it can be made; None (the mount then keeps its cache in
+    a temporary directory, with a warning) when $HOME is not writable, as for some service
+    users. A --cache-dir given explicitly is used as given: its errors are reported."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return directory
 
 
 def default_cache_dir() -> Path:

@@ -129,12 +129,13 @@ def test_truncating_a_big_file_fetches_only_what_it_keeps(mounts, proxy, s3) -> 
 
 
 def test_memory_does_not_grow_with_the_file(mounts, s3, tmp_path: Path) -> None:
-    """100 MiB through `dd bs=1M`: the daemon's peak RSS stays far below the file's size
-    (it held the whole file, twice, before the data path moved to disk)."""
+    """200 MiB through `dd bs=1M` and back: the daemon's peak RSS stays below the file's size
+    (it held the whole file, twice, before the data path moved to disk; now: the interpreter,
+    about 60 MiB, plus the parts in flight)."""
     mnt = mounts("", *PART)
     src = tmp_path / "src.bin"
     with open(src, "wb") as f:
-        for i in range(100):
+        for i in range(200):
             f.write(_pattern(MIB, seed=i))
     subprocess.run(["dd", f"if={src}", f"of={mnt / 'dd.bin'}", "bs=1M", "status=none"],
                    check=True)
@@ -144,7 +145,7 @@ def test_memory_does_not_grow_with_the_file(mounts, s3, tmp_path: Path) -> None:
     assert out.split()[0] == digest
     assert hashlib.sha256(_s3_bytes(s3, "dd.bin")).hexdigest() == digest
     hwm_mib = _vm_hwm_kib(mounts, mnt) / 1024
-    assert hwm_mib < 100, f"daemon peak RSS {hwm_mib:.0f} MiB for a 100 MiB file"
+    assert hwm_mib < 160, f"daemon peak RSS {hwm_mib:.0f} MiB for a 200 MiB file"
 
 
 def test_a_restart_keeps_the_cache_and_refetches_only_what_changed(mounts, proxy, s3) -> None:

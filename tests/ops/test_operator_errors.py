@@ -88,6 +88,8 @@ def test_unwritable_log_directory_then_memfs_log_path(mountpoint: Path, s3, s3_r
     try:
         assert f"(log: {log})" in r.stdout
         assert "mounted s3://" in log.read_text()
+        # No cache directory either: the mount says so and keeps its cache in a temporary one.
+        assert "no usable cache directory" in r.stderr + r.stdout
         (mountpoint / "a.md").write_text("kept")
     finally:
         assert memfs("umount", str(mountpoint)).returncode == 0
