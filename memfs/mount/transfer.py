@@ -80,6 +80,13 @@ def expected_etag(blob: Blob, part_size: int) -> str:
                            for off in range(0, blob.size, part)])
 
 
+def upload_whole(store: Store, path: str, blob: Blob, metadata: dict[str, str], *,
+                 if_match: str | None, if_none_match: bool) -> str:
+    """One conditional PUT of the whole blob (up to the part size); returns the new ETag."""
+    return store.put(path, blob.read_all(), metadata, if_match=if_match,
+                     if_none_match=if_none_match).etag
+
+
 def upload_multipart(store: Store, path: str, blob: Blob, metadata: dict[str, str], *,
                      part_size: int, workers: int, journal: Path, if_match: str | None,
                      if_none_match: bool) -> str:

@@ -90,7 +90,8 @@ class Upload(Namespace):
             of.body, of.base_etag = blob, entry.etag
             return
         except StoreError as exc:
-            self._gone(node, exc)
+            if exc.errno == errno.ENOENT:
+                self._forget_deleted(node)
             raise
         node.apply_info(info, time.time())
         blob = self._staged(Blob.from_bytes, self.content.staging, data, info.etag)
@@ -123,10 +124,11 @@ class Upload(Namespace):
             try:
                 info = await self._s3(self.store.head, node.path)
             except StoreError as exc:
-                self._gone(node, exc)
+                if exc.errno == errno.ENOENT:
+                    self._forget_deleted(node)
                 raise
             if info is None:
-                self._gone(node, StoreError(errno.ENOENT, f"HEAD {node.path}: gone"))
+                self._forget_deleted(node)
                 raise fail(errno.ENOENT)
             if info.etag != node.etag:
                 self.kernel.forget_attrs(node.inode)
@@ -144,9 +146,10 @@ class Upload(Namespace):
             self.counters["cache_hits"] += 1
         of.body, of.base_etag, of.remote_size = blob, node.etag, node.size
 
-    def _gone(self, node: Node, exc: StoreError) -> None:
-        if exc.errno == errno.ENOENT and not node.detached:
-            self.inodes.detach(node.path)  # deleted behind our back
+    def _forget_deleted(self, node: Node) -> None:
+        """The object was deleted behind our back."""
+        if not node.detached:
+            self.inodes.detach(node.path)
             self._listing_remove(node.parent_path(), node.name())
 
     async def _open_entry(self, entry: Entry) -> Blob | None:
@@ -157,11 +160,8 @@ class Upload(Namespace):
     def _keep(self, path: str, blob: Blob, info: ObjectInfo | None) -> Entry | None:
         """Cache a version; its record is written now if small, else by a background task."""
         entry = self.content.publish(path, blob, info)
-        if entry is not None and self.content.persistent:
-            if entry.size <= INLINE:
-                self.content.persist(entry)
-            else:
-                self.background(self.content.persist, entry)
+        if entry is not None:
+            self._record(entry)
         return entry
 
     async def _fetch_for_read(self, of: OpenFile, body: Blob, off: int, size: int) -> None:
@@ -228,10 +228,16 @@ class Upload(Namespace):
         if body.etag is not None and body.complete:
             entry = self.content.lookup(of.node.path, body.etag)
             if entry is not None and entry.present is body.present:
-                self._keep_record(entry)
+                self._record(entry)
 
-    def _keep_record(self, entry: Entry) -> None:
-        if self.content.persistent and entry.sha256 is None:
+    def _record(self, entry: Entry) -> None:
+        """Write a complete entry's record for the next mount: now if small, else (hashing
+        the file) in the background."""
+        if not self.content.persistent or entry.sha256 is not None:
+            return
+        if entry.size <= INLINE:
+            self.content.persist(entry)
+        else:
             self.background(self.content.persist, entry)
 
     def _expect_version(self, of: OpenFile, found: str, expect: str | None) -> None:
@@ -338,11 +344,11 @@ class Upload(Namespace):
     async def _send(self, path: str, body: Blob, metadata: dict[str, str], *,
                     if_match: str | None, if_none_match: bool) -> str:
         """Write ``body`` as the object at ``path``: one PUT up to the part size (its bytes in
-        memory once), else a multipart upload. Returns the new ETag."""
+        memory once, read in the worker thread), else a multipart upload. Returns the new
+        ETag."""
         if body.size <= self.config.part_size:
-            info = await self._s3(self.store.put, path, body.read_all(), metadata,
+            return await self._s3(transfer.upload_whole, self.store, path, body, metadata,
                                   if_match=if_match, if_none_match=if_none_match)
-            return info.etag
         return await self._s3(
             transfer.upload_multipart, self.store, path, body, metadata,
             part_size=self.config.part_size, workers=PART_WORKERS,
