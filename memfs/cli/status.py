@@ -53,6 +53,10 @@ def prometheus(statuses: list[dict[str, Any]]) -> str:
         "memfs_open_files": ("gauge", "Open file handles", "open_files"),
         "memfs_pending_uploads": ("gauge", "Files changed and not yet uploaded",
                                   "pending_uploads"),
+        "memfs_pending_moves": ("gauge", "Renames between directories S3 has not finished",
+                                "pending_moves"),
+        "memfs_deferred_moves_total": ("counter", "Renames between directories moved in S3 "
+                                       "after rename(2) returned", "deferred_moves"),
         "memfs_conflicts_total": ("counter", "Writes that lost a race (kept as conflict "
                                   "copies)", "conflicts"),
         "memfs_s3_retries_total": ("counter", "S3 retries", None),

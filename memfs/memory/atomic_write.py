@@ -279,13 +279,18 @@ def _write_via_temp(dir_fd: int, name: str, data: bytes, exclusive: bool) -> Non
         with suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=dir_fd)
     with suppress(OSError):
-        # Make the new directory entry durable too (the walk's descriptor is O_PATH, which
-        # cannot be fsynced: open the directory itself for that).
-        listable = open_listable(dir_fd)
-        try:
-            os.fsync(listable)
-        finally:
-            os.close(listable)
+        sync_directory(dir_fd)  # the new directory entry is durable too
+
+
+def sync_directory(dir_fd: int) -> None:
+    """`fsync` the directory a walk descriptor stands for (an `O_PATH` descriptor cannot be
+    fsynced: the directory itself is opened for that). On a memfs mount this returns once S3
+    has every rename into or out of it, and reports one that failed."""
+    listable = open_listable(dir_fd)
+    try:
+        os.fsync(listable)
+    finally:
+        os.close(listable)
 
 
 def _renameat2() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]

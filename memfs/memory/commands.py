@@ -20,7 +20,13 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from memfs.memory import files, names, secrets_guard, text, view
-from memfs.memory.atomic_write import Edit, open_edit, rename_noreplace, write_file
+from memfs.memory.atomic_write import (
+    Edit,
+    open_edit,
+    rename_noreplace,
+    sync_directory,
+    write_file,
+)
 from memfs.memory.errors import CommandError, os_error, write_error
 from memfs.memory.paths import (
     MemoryPath,
@@ -436,6 +442,9 @@ class MemoryHandler:
             try:
                 with self.root.walk(dst, create_parents=True) as dst_parent:
                     rename_noreplace(src_parent, src.name, dst_parent, dst.name)
+                    # Durable before we answer: memfs moves a file between directories in
+                    # S3 after rename(2) returns, and an fsync of either directory waits.
+                    sync_directory(dst_parent)
             except PathNotDirectory as err:
                 raise CommandError(
                     not_dir.format(src=src.display, dst=dst.display, where=err.where)

@@ -304,6 +304,8 @@ async def _serve(fs: MemFS, config: MountConfig) -> bool:
         nursery.start_soon(announce_ready)
         fs.core.nursery = nursery
         await pyfuse3.main()
+        # Renames S3 has not finished (moves): the unmount waits for them, however long.
+        await fs.core.moves.drained()
         # Cache records still being written (hashing a big file) are worth a short wait: the
         # next mount can use what they describe.
         with trio.move_on_after(BACKGROUND_GRACE_S):

@@ -286,7 +286,9 @@ class DataPath(Upload):
         await self._flush(of, commit=False)
 
     async def fsync(self, fh: int, datasync: bool) -> None:
-        await self._flush(self.handles.files[fh], commit=True)
+        of = self.handles.files[fh]
+        await self.moves.settled(paths=[of.node.path])  # a deferred rename of it is durable too
+        await self._flush(of, commit=True)
 
     async def release(self, fh: int) -> None:
         of = self.handles.remove(fh)

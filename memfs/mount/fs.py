@@ -285,6 +285,10 @@ class MemFS(pyfuse3.Operations):
                 self.core.inodes.hold(node)
 
     @fuse_op
+    async def fsyncdir(self, fh: int, datasync: bool) -> None:
+        await self.core.fsyncdir(fh)
+
+    @fuse_op
     async def releasedir(self, fh: int) -> None:
         self.core.releasedir(fh)
 

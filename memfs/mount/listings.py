@@ -36,6 +36,7 @@ class Listings(CoreState):
             if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
                 return dnode.listing
             path = dnode.path
+            await self.moves.settled(dirs=[path])  # S3 has every move into or out of it
             started = time.time()
             listing = await self._s3(self.store.list_dir, path)
             # Fresh from when it arrived: a LIST slower than the TTL must not be stale on arrival
@@ -123,7 +124,7 @@ class Listings(CoreState):
         entries for every `cat`, `stat` or create. The expired listing takes the answer, so
         a readdir that re-lists later stays consistent with it."""
         path = child_path(parent.path, name)
-        found = await self._s3(self.store.probe, path)
+        found = await self._s3_at(path, self.store.probe, path)
         now = time.time()
         node = self.inodes.at(path)
         if node is not None and self._is_local(node):

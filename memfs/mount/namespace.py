@@ -121,9 +121,9 @@ class Namespace(Listings):
             if cached is not None:
                 info, data = cached
             elif node.size <= SMALL_FILE:
-                data, info = await self._s3(self.store.get, path)
+                data, info = await self._s3_at(path, self.store.get, path)
             else:
-                info = await self._s3(self.store.head, path)
+                info = await self._s3_at(path, self.store.head, path)
         except StoreError as exc:
             if exc.errno != errno.ENOENT:
                 raise
@@ -185,7 +185,7 @@ class Namespace(Listings):
 
     async def _revalidate(self, node: Node) -> tuple[Node, bool]:
         """``getattr``'s HEAD of a file whose attributes are older than the TTL."""
-        info = await self._s3(self.store.head, node.path)
+        info = await self._s3_at(node.path, self.store.head, node.path)
         if info is None:
             self.inodes.detach(node.path)
             self._listing_remove(node.parent_path(), node.name())
@@ -212,7 +212,7 @@ class Namespace(Listings):
         if node.kind is not Kind.LINK:
             raise fail(errno.EINVAL)
         if node.symlink_target is None:
-            data, info = await self._s3(self.store.get, node.path)
+            data, info = await self._s3_at(node.path, self.store.get, node.path)
             node.apply_info(info, time.time())
             node.symlink_target = data
         return node.symlink_target
@@ -232,6 +232,16 @@ class Namespace(Listings):
             entries = await self._snapshot(self._dir(inode))
             self.handles.dirs[fh] = (inode, entries)
         return entries
+
+    async def fsyncdir(self, fh: int) -> None:
+        """Return once S3 has every deferred move into or out of the directory; a move that
+        failed since the last fsync of it is reported here, once (``moves``)."""
+        inode, _entries = self.handles.dirs[fh]
+        node = self._node(inode)
+        await self.moves.settled(dirs=[node.path])
+        failure = self.moves.take_failure(node.path)
+        if failure is not None:
+            raise fail(failure.errno or errno.EIO)
 
     async def _snapshot(self, node: Node) -> list[tuple[str, Node]]:
         listing = await self._listing(node)
@@ -305,6 +315,9 @@ class Namespace(Listings):
             node = await self._existing(parent, text)
             if node.kind is not Kind.DIR:
                 raise fail(errno.ENOTDIR)
+            # A file moved out of it may still be in S3 under it (moves), and the move may
+            # write its marker (keeping it when it empties): the move ends first.
+            await self.moves.settled(dirs=[node.path])
             if not (await self._listing(node)).names() == []:
                 raise fail(errno.ENOTEMPTY)
             await self._s3(self.store.delete, node.path, directory=True)
@@ -320,7 +333,7 @@ class Namespace(Listings):
                 raise fail(errno.EISDIR)
             of = self.handles.shared.get(node.inode)
             if of is None or not of.is_new:  # a file never uploaded has nothing in S3
-                await self._s3(self.store.delete, node.path)
+                await self._s3_at(node.path, self.store.delete, node.path)
                 self.usage.removed(of.remote_size if of else node.size)
             self.inodes.detach(node.path)
             self._listing_remove(parent.path, text)
@@ -345,7 +358,7 @@ class Namespace(Listings):
             parent, path = await self._new_name(parent_inode, text, directory=False)
             self._check_file_count()
             now = time.time()
-            info = await self._s3(self.store.put, path, body,
+            info = await self._s3_at(path, self.store.put, path, body,
                                   self._meta(mode, ctx.uid, ctx.gid, now, rdev=rdev),
                                   if_none_match=True)
             self.usage.added(len(body), new_file=True)
@@ -364,6 +377,6 @@ class Namespace(Listings):
             await self._s3(self.store.put, node.path, b"", self._metadata(node), directory=True,
                            content_type=protocol.DIR_CONTENT_TYPE)
         else:
-            node.etag = await self._s3(self.store.copy, node.path, node.path,
+            node.etag = await self._s3_at(node.path, self.store.copy, node.path, node.path,
                                        metadata=self._metadata(node), src_etag=node.etag)
         node.validated_at = time.time()

@@ -133,7 +133,7 @@ class Node:
         return self.path.rpartition("/")[2]
 
     def parent_path(self) -> str:
-        return self.path.rpartition("/")[0]
+        return parent_of(self.path)
 
     def apply_info(self, info: ObjectInfo, now: float) -> None:
         """Take what S3 said about this object; keep known metadata when S3 had none to give."""
@@ -160,6 +160,11 @@ class Node:
 
 def child_path(parent: str, name: str) -> str:
     return f"{parent}/{name}" if parent else name
+
+
+def parent_of(path: str) -> str:
+    """The directory holding ``path`` (``""``: the root)."""
+    return path.rpartition("/")[0]
 
 
 class InodeTable:

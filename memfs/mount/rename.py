@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import time
 
 import trio
 
 from memfs.mount.data import DataPath
+from memfs.mount.moves import Move
 from memfs.mount.nodes import Kind, Node, child_path
 from memfs.mount.state import fail
 from memfs.objectmeta import ObjectInfo
 from memfs.store import StoreError
+
+log = logging.getLogger(__name__)
 
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
@@ -46,6 +50,8 @@ class Renames(DataPath):
             async with self.ns_locks.claim(dirs=[src_parent.path, dst_parent.path],
                                            trees=trees):
                 self._writable(src_path, dst_path)
+                # A name still moving in S3 (``moves``) is moved again once S3 has it.
+                await self.moves.settled(paths=[src_path, dst_path], trees=trees)
                 src = await self._existing(src_parent, src_name)
                 if src.kind is Kind.DIR and not moving_dir:
                     moving_dir = True
@@ -76,15 +82,91 @@ class Renames(DataPath):
             if dst is not None and dst.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
             self._check_key(dst_path)
+            if dst is None and src_parent is not dst_parent and self.nursery is not None:
+                await self._defer_move(src, src_parent, dst_parent, dst_path)
+                return
             await self._rename_file(src, dst_path, replacing=dst is not None)
             if dst is not None:
                 self.usage.removed(dst.size)
+        self._moved(src, src_parent, dst_parent, dst_path)
+        await self._keep_directory(src_parent)
+
+    def _moved(self, src: Node, src_parent: Node, dst_parent: Node, dst_path: str) -> None:
+        """The namespace follows a rename of ``src`` to ``dst_path``."""
         src_path = src.path
         self.inodes.move(src_path, dst_path)
         self.content.move(src_path, dst_path)
-        self._listing_remove(src_parent.path, src_name)
-        self._listing_add(dst_parent.path, dst_name, src)
-        await self._keep_directory(src_parent)
+        self._listing_remove(src_parent.path, src_path.rpartition("/")[2])
+        self._listing_add(dst_parent.path, dst_path.rpartition("/")[2], src)
+
+    async def _defer_move(self, src: Node, src_parent: Node, dst_parent: Node,
+                          dst_path: str) -> None:
+        """A file renamed into another directory: the namespace shows it now, S3 follows in
+        the background (``moves`` says why and what keeps it safe)."""
+        of = self.handles.shared.get(src.inode)
+        if of is not None:
+            async with of.lock:
+                if of.is_new or of.dirty:
+                    await self._upload(of)  # move what the writer has, not an older version
+        assert self.nursery is not None
+        move = self.moves.begin(src.path, dst_path)
+        self._moved(src, src_parent, dst_parent, dst_path)
+        self.nursery.start_soon(self._settle_move, move, src, src.etag, src_parent)
+
+    async def _settle_move(self, move: Move, node: Node, etag: str | None,
+                           src_parent: Node) -> None:
+        """S3 catches up with a deferred move: COPY (if the source is still the version
+        renamed), keep the source directory, DELETE the source. On failure S3 keeps the
+        source (or both names) and the mount asks S3 again about both."""
+        error: OSError | None = None
+        left = "the source only"
+        try:
+            new_etag = await self._s3(self.store.copy, move.src, move.dst, src_etag=etag)
+            try:
+                if not src_parent.detached:
+                    await self._keep_directory(src_parent)
+                await self._s3(self.store.delete, move.src)
+            except OSError:
+                # Reported as failed, so leave no copy behind if we can: S3 keeps the source.
+                left = "both names"
+                with contextlib.suppress(StoreError):
+                    await self._s3(self.store.delete, move.dst)
+                    left = "the source only"
+                raise
+            if node.path == move.dst and node.etag == etag:
+                node.etag = new_etag
+                self._listing_add(node.parent_path(), node.name(), node)
+                of = self.handles.shared.get(node.inode)
+                if of is not None and of.base_etag == etag:
+                    of.base_etag = new_etag
+        except OSError as exc:
+            error = exc
+            log.warning("rename of %s to %s failed after it returned (%s): S3 keeps %s; "
+                        "the next fsync of either directory reports it", move.src, move.dst,
+                        exc, left)
+        except Exception:  # a bug: logged, reported as EIO, never the end of the mount
+            error = fail(errno.EIO)
+            log.exception("rename of %s to %s failed unexpectedly", move.src, move.dst)
+        finally:
+            if error is not None:
+                self._forget_names(move.src, move.dst)
+            self.moves.end(move, error)
+
+    def _forget_names(self, *paths: str) -> None:
+        """What this mount believed of ``paths`` may be wrong: the next lookup of each, and
+        the next listing of their directories, ask S3."""
+        for path in paths:
+            parent_path, _, name = path.rpartition("/")
+            parent = self.inodes.at(parent_path)
+            node = self.inodes.at(path)
+            if node is not None:
+                node.validated_at = 0.0
+                self.kernel.forget_attrs(node.inode)
+            if parent is not None:
+                parent.recent.pop(name, None)
+                if parent.listing is not None:
+                    parent.listing.fetched_at = float("-inf")
+                self.kernel.forget_entry(parent.inode, name)
 
     async def _rename_file(self, src: Node, dst_path: str, *, replacing: bool) -> None:
         """COPY to the new key, then DELETE the old one (S3 has no rename)."""

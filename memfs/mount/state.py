@@ -29,6 +29,7 @@ from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.config import MountConfig
 from memfs.mount.diskcache import DiskCache
 from memfs.mount.handles import HandleTable
+from memfs.mount.moves import Moves
 from memfs.mount.nodes import ROOT_INODE, InodeTable, Kind, Node
 from memfs.mount.pathlocks import PathLocks
 from memfs.mount.quota import Usage
@@ -120,6 +121,7 @@ class CoreState:
     every open state's node is in ``inodes`` unless detached.
     GUARDED BY: the trio thread. ``ns_locks`` serialises namespace changes (create, unlink,
     rename, mkdir, rmdir, symlink) that touch the same directories (``pathlocks``);
+    ``moves`` holds back requests on names whose deferred move S3 has not finished;
     ``flights`` makes one LIST per directory (key ``("LIST", inode)``) and one attribute or
     metadata read per path at a time.
     """
@@ -143,6 +145,8 @@ class CoreState:
         # Single flight: one LIST per directory, one HEAD/GET per path for attribute
         # revalidations and first metadata reads; keys nobody waits on are forgotten.
         self.flights = SingleFlight()
+        # File renames between directories whose COPY + DELETE is still under way (moves).
+        self.moves = Moves()
         self.writer = f"{socket.gethostname()}/{config.instance}"
         self.usage = Usage(config.max_file_size, config.max_total_bytes, config.max_files)
         # The mtime of a directory that has no marker metadata: stable for the mount's life (a
@@ -163,6 +167,12 @@ class CoreState:
         """Run a blocking store call in a worker thread."""
         return await trio.to_thread.run_sync(
             functools.partial(fn, *args, **kwargs), limiter=self.limiter)
+
+    async def _s3_at(self, path: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``_s3`` for a request on the object at ``path``: first waits until no deferred
+        move involves that name (``moves``: S3 must not be behind the mount's view)."""
+        await self.moves.settled(paths=[path])
+        return await self._s3(fn, *args, **kwargs)
 
     async def _run(self, size: int, fn: Callable[..., Any], *args: Any) -> Any:
         """Blocking disk work on ``size`` bytes: inline when small, else in a worker thread

@@ -56,6 +56,8 @@ class Transactions(DataPath):
             "uptime_s": round(time.time() - self.started, 1),
             "open_files": len(self.handles.files),
             "pending_uploads": sum(1 for of in states if of.local),
+            "pending_moves": len(self.moves),
+            "deferred_moves": self.moves.deferred,
             "conflicts": self.counters["conflicts"],
             "cache": {"hits": self.counters["cache_hits"],
                       "misses": self.counters["cache_misses"]},

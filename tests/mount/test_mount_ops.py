@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BUCKET
+from tests.mount.test_moves import fsync_dir
 
 libc = ctypes.CDLL(None, use_errno=True)
 AT_FDCWD = -100
@@ -182,6 +183,7 @@ def test_rename_file_replaces_and_noreplace(mnt: Path, s3) -> None:
     assert not (mnt / "a").exists()
     os.mkdir(mnt / "d")
     renameat2(mnt / "b", mnt / "d/c", RENAME_NOREPLACE)
+    fsync_dir(mnt / "d")  # a file moved between directories is in S3 once either is fsynced
     assert keys(s3) == ["d/", "d/c"]
     with pytest.raises(OSError) as e:
         os.rename(mnt / "d/c", mnt / "d")

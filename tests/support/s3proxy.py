@@ -312,6 +312,7 @@ class Request:
     bytes_in: int = 0
     bytes_out: int = 0
     started: float = field(default_factory=time.monotonic)
+    answered: float | None = None  # when S3's answer came back (relayed requests)
 
 
 # --- HTTP plumbing ----------------------------------------------------------------------------
@@ -566,6 +567,16 @@ class S3Proxy:
         with self._lock:
             return list(self._records)
 
+    def max_in_flight(self, op: str) -> int:
+        """The most ``op`` requests S3 was answering at one time (relayed ones)."""
+        edges = sorted(e for r in self.records() if r.op == op and r.answered is not None
+                       for e in ((r.started, 1), (r.answered, -1)))
+        most = now = 0
+        for _t, step in edges:
+            now += step
+            most = max(most, now)
+        return most
+
     def faults_injected(self) -> list[Request]:
         return [r for r in self.records() if r.fault is not None]
 
@@ -786,6 +797,7 @@ class S3Proxy:
             return False, None
 
         rec.status = status
+        rec.answered = time.monotonic()
         # Connection/Keep-Alive are hop-by-hop: the client's connection is ours to manage.
         out = [resp[0]]
         out += [h for h in resp[1:-1]

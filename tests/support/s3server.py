@@ -47,7 +47,8 @@ def clean_env(base: dict[str, str] | None = None) -> dict[str, str]:
 def atomic_conditional_writes() -> Iterator[None]:
     """While active, an in-process moto server handles object writes (PUT, COPY, DELETE, and
     the POSTs that create and complete multipart uploads) one at a time, so each conditional
-    write's check and store are one step. Uploads of parts and reads are not serialized."""
+    write's check and store are one step. Uploads of parts and reads are not serialized. COPY
+    also honours ``x-amz-copy-source-if-match`` (moto ignores it)."""
     import threading
 
     from moto.s3.responses import S3Response
@@ -62,8 +63,27 @@ def atomic_conditional_writes() -> Iterator[None]:
                 return original(self, *args, **kwargs)
         return method
 
+    def copy_if_match(original):
+        """moto ignores ``x-amz-copy-source-if-match``; S3 answers 412 when the source is not
+        that version (memfs's renames and chmods rely on it)."""
+        def method(self, *args, **kwargs):
+            from urllib.parse import unquote, urlparse
+
+            from moto.s3.exceptions import PreconditionFailed
+
+            want = self.headers.get("x-amz-copy-source-if-match")
+            if want:
+                source = urlparse(self.headers.get("x-amz-copy-source") or "")
+                bucket, key = unquote(source.path).lstrip("/").split("/", 1)
+                current = self.backend.get_object(bucket, key)
+                if current is not None and want.strip('"') != current.etag.strip('"'):
+                    raise PreconditionFailed(failed_condition="x-amz-copy-source-If-Match")
+            return original(self, *args, **kwargs)
+        return method
+
     for name, original in originals.items():
-        setattr(S3Response, name, serialized(original))
+        wrapped = copy_if_match(original) if name == "copy_object" else original
+        setattr(S3Response, name, serialized(wrapped))
     try:
         yield
     finally:
