@@ -124,7 +124,8 @@ class Listings(CoreState):
         entries for every `cat`, `stat` or create. The expired listing takes the answer, so
         a readdir that re-lists later stays consistent with it."""
         path = child_path(parent.path, name)
-        found = await self._s3_at(path, self.store.probe, path)
+        await self._settled(path)
+        found = await self._s3(self.store.probe, path)
         now = time.time()
         node = self.inodes.at(path)
         if node is not None and self._is_local(node):

@@ -104,6 +104,7 @@ class Namespace(Listings):
             return await self._read_metadata_once(node)
 
     async def _read_metadata_once(self, node: Node) -> Node | None:
+        await self._settled(node.path)
         path = node.path
         now = time.time()
         if node.kind is Kind.DIR:
@@ -121,9 +122,9 @@ class Namespace(Listings):
             if cached is not None:
                 info, data = cached
             elif node.size <= SMALL_FILE:
-                data, info = await self._s3_at(path, self.store.get, path)
+                data, info = await self._s3(self.store.get, path)
             else:
-                info = await self._s3_at(path, self.store.head, path)
+                info = await self._s3(self.store.head, path)
         except StoreError as exc:
             if exc.errno != errno.ENOENT:
                 raise
@@ -185,7 +186,8 @@ class Namespace(Listings):
 
     async def _revalidate(self, node: Node) -> tuple[Node, bool]:
         """``getattr``'s HEAD of a file whose attributes are older than the TTL."""
-        info = await self._s3_at(node.path, self.store.head, node.path)
+        await self._settled(node.path)
+        info = await self._s3(self.store.head, node.path)
         if info is None:
             self.inodes.detach(node.path)
             self._listing_remove(node.parent_path(), node.name())
@@ -212,7 +214,8 @@ class Namespace(Listings):
         if node.kind is not Kind.LINK:
             raise fail(errno.EINVAL)
         if node.symlink_target is None:
-            data, info = await self._s3_at(node.path, self.store.get, node.path)
+            await self._settled(node.path)
+            data, info = await self._s3(self.store.get, node.path)
             node.apply_info(info, time.time())
             node.symlink_target = data
         return node.symlink_target
@@ -333,7 +336,8 @@ class Namespace(Listings):
                 raise fail(errno.EISDIR)
             of = self.handles.shared.get(node.inode)
             if of is None or not of.is_new:  # a file never uploaded has nothing in S3
-                await self._s3_at(node.path, self.store.delete, node.path)
+                await self._settled(node.path)
+                await self._s3(self.store.delete, node.path)
                 self.usage.removed(of.remote_size if of else node.size)
             self.inodes.detach(node.path)
             self._listing_remove(parent.path, text)
@@ -357,8 +361,9 @@ class Namespace(Listings):
         async with self.ns_locks.claim(dirs=[self._dir(parent_inode).path]):
             parent, path = await self._new_name(parent_inode, text, directory=False)
             self._check_file_count()
+            await self._settled(path)  # a file moved away from this name has left S3
             now = time.time()
-            info = await self._s3_at(path, self.store.put, path, body,
+            info = await self._s3(self.store.put, path, body,
                                   self._meta(mode, ctx.uid, ctx.gid, now, rdev=rdev),
                                   if_none_match=True)
             self.usage.added(len(body), new_file=True)
@@ -372,11 +377,12 @@ class Namespace(Listings):
 
     async def _write_metadata(self, node: Node) -> None:
         """chmod/chown/utimens on a closed entry: one request, no data through us."""
+        await self._settled(node.path)  # the COPY in place is conditional on its ETag
         if node.kind is Kind.DIR:
             # Also turns an implied directory into one with a marker that carries the metadata.
             await self._s3(self.store.put, node.path, b"", self._metadata(node), directory=True,
                            content_type=protocol.DIR_CONTENT_TYPE)
         else:
-            node.etag = await self._s3_at(node.path, self.store.copy, node.path, node.path,
+            node.etag = await self._s3(self.store.copy, node.path, node.path,
                                        metadata=self._metadata(node), src_etag=node.etag)
         node.validated_at = time.time()

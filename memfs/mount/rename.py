@@ -19,7 +19,7 @@ import trio
 
 from memfs.mount.data import DataPath
 from memfs.mount.moves import Move
-from memfs.mount.nodes import Kind, Node, child_path
+from memfs.mount.nodes import Kind, Node, child_path, kind_of_mode
 from memfs.mount.state import fail
 from memfs.objectmeta import ObjectInfo
 from memfs.store import StoreError
@@ -52,13 +52,25 @@ class Renames(DataPath):
                 self._writable(src_path, dst_path)
                 # A name still moving in S3 (``moves``) is moved again once S3 has it.
                 await self.moves.settled(paths=[src_path, dst_path], trees=trees)
-                src = await self._existing(src_parent, src_name)
+                src = self._kernel_known_file(src_path) or await self._existing(
+                    src_parent, src_name)
                 if src.kind is Kind.DIR and not moving_dir:
                     moving_dir = True
                     continue
                 await self._rename_claimed(src, src_parent, src_name, dst_parent, dst_name,
                                            flags)
                 return
+
+    def _kernel_known_file(self, path: str) -> Node | None:
+        """The file at ``path`` as the kernel has just resolved it (it holds the node), even
+        if its attributes are older than the TTL: re-listing its directory here would cost a
+        LIST under the kernel's rename lock, and buy nothing, since the COPY is conditional on
+        the version this node names (moved or deleted elsewhere: the rename fails, ESTALE or
+        ENOENT, and S3 keeps what it had)."""
+        node = self.inodes.at(path)
+        if node is None or node.kind is Kind.DIR or node.detached or not node.nlookup:
+            return None
+        return node
 
     async def _rename_claimed(self, src: Node, src_parent: Node, src_name: str,
                               dst_parent: Node, dst_name: str, flags: int) -> None:
@@ -121,7 +133,7 @@ class Renames(DataPath):
         error: OSError | None = None
         left = "the source only"
         try:
-            new_etag = await self._s3(self.store.copy, move.src, move.dst, src_etag=etag)
+            new_etag, etag = await self._copy_for_rename(node, move.src, move.dst, etag)
             try:
                 if not src_parent.detached:
                     await self._keep_directory(src_parent)
@@ -133,12 +145,9 @@ class Renames(DataPath):
                     await self._s3(self.store.delete, move.dst)
                     left = "the source only"
                 raise
-            if node.path == move.dst and node.etag == etag:
-                node.etag = new_etag
+            if node.path == move.dst:
+                self._follow_copy(node, etag, new_etag)
                 self._listing_add(node.parent_path(), node.name(), node)
-                of = self.handles.shared.get(node.inode)
-                if of is not None and of.base_etag == etag:
-                    of.base_etag = new_etag
         except OSError as exc:
             error = exc
             log.warning("rename of %s to %s failed after it returned (%s): S3 keeps %s; "
@@ -175,7 +184,7 @@ class Renames(DataPath):
             async with of.lock:
                 if of.is_new or of.dirty:
                     await self._upload(of)  # move what the writer has, not an older version
-        new_etag = await self._s3(self.store.copy, src.path, dst_path, src_etag=src.etag)
+        new_etag, copied = await self._copy_for_rename(src, src.path, dst_path, src.etag)
         try:
             await self._s3(self.store.delete, src.path)
         except StoreError:
@@ -188,9 +197,42 @@ class Renames(DataPath):
             if not copy_removed:
                 self._show_copy(src, dst_path, new_etag)
             raise
-        src.etag = new_etag
-        if of is not None:
-            of.base_etag = src.etag
+        self._follow_copy(src, copied, new_etag)
+
+    async def _copy_for_rename(self, node: Node, src_path: str, dst_path: str,
+                               etag: str | None) -> tuple[str, str | None]:
+        """The COPY of a rename, conditional on the version ``node`` names (an open file's
+        upload builds on it). Returns the new ETag and the version copied. When S3 holds
+        another version (replaced elsewhere) and no open file builds on ours, the name moves
+        with what S3 holds, as rename(2) moves names: one HEAD, the node takes that version,
+        and the COPY again, conditional on it."""
+        try:
+            return await self._s3(self.store.copy, src_path, dst_path, src_etag=etag), etag
+        except StoreError as exc:
+            if exc.errno != errno.ESTALE or any(of.node is node for of in self.handles.states()):
+                raise
+        info = await self._s3(self.store.head, src_path)
+        if info is None:
+            raise fail(errno.ENOENT)
+        if info.mode is not None and kind_of_mode(info.mode) is not node.kind:
+            raise fail(errno.ESTALE)  # replaced by an entry of another type: not ours to move
+        node.apply_info(info, time.time())
+        self.content.discard(node.path)
+        self.kernel.forget_attrs(node.inode)
+        return await self._s3(self.store.copy, src_path, dst_path, src_etag=info.etag), \
+            info.etag
+
+    def _follow_copy(self, node: Node, copied: str | None, new_etag: str) -> None:
+        """The object now lives at the COPY's new ETag (same bytes; a copy of a multipart
+        object gets another ETag): the node, and every open state and version blob built on
+        the version copied, name the new one, so their next upload or ranged read matches."""
+        node.etag = new_etag
+        for of in self.handles.states():
+            if of.node is node:
+                if of.base_etag == copied:
+                    of.base_etag = new_etag
+                if of.body is not None and of.body.etag == copied:
+                    of.body.etag = new_etag
 
     def _show_copy(self, src: Node, dst_path: str, etag: str) -> None:
         """A failed rename left its copy (it replaced the destination, or could not be

@@ -168,11 +168,11 @@ class CoreState:
         return await trio.to_thread.run_sync(
             functools.partial(fn, *args, **kwargs), limiter=self.limiter)
 
-    async def _s3_at(self, path: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``_s3`` for a request on the object at ``path``: first waits until no deferred
-        move involves that name (``moves``: S3 must not be behind the mount's view)."""
+    async def _settled(self, path: str) -> None:
+        """Wait until S3 has every deferred move of the name ``path`` (``moves``). Called
+        before reading what a request on that object is built from (its ETag, its key): after
+        a move the object has a new key and may have a new ETag."""
         await self.moves.settled(paths=[path])
-        return await self._s3(fn, *args, **kwargs)
 
     async def _run(self, size: int, fn: Callable[..., Any], *args: Any) -> Any:
         """Blocking disk work on ``size`` bytes: inline when small, else in a worker thread

@@ -72,11 +72,12 @@ class Upload(Namespace):
                 of.body, of.base_etag = blob, entry.etag
                 return
             entry = None
+        await self._settled(node.path)  # a moved object is read from its new key
         if node.size > self.config.part_size:
             await self._load_ranged(of, fresh, expect)
             return
         try:
-            data, info = await self._s3_at(node.path, self.store.get, node.path,
+            data, info = await self._s3(self.store.get, node.path,
                                         if_none_match=entry.etag if entry else None)
         except NotModified:
             assert entry is not None
@@ -122,7 +123,7 @@ class Upload(Namespace):
         node = of.node
         if not fresh or node.etag is None:
             try:
-                info = await self._s3_at(node.path, self.store.head, node.path)
+                info = await self._s3(self.store.head, node.path)
             except StoreError as exc:
                 if exc.errno == errno.ENOENT:
                     self._forget_deleted(node)
@@ -207,6 +208,7 @@ class Upload(Namespace):
     async def _fetch(self, of: OpenFile, start: int, end: int, body: Blob | None = None) -> None:
         """Fill the missing ranges of [start, end) of ``body`` (default: the open file's) with
         ranged GETs of the version the bytes derive from; ESTALE if S3 holds another one now."""
+        await self._settled(of.node.path)
         body = body or of.body
         etag = (body.etag if body is not None else None) or of.base_etag
         assert body is not None and etag is not None
@@ -215,9 +217,8 @@ class Upload(Namespace):
             while pos < gap_end:  # one GET per part-size span at most
                 stop = min(gap_end, pos + self.config.part_size)
                 try:
-                    path = of.node.path
-                    await self._s3_at(path, transfer.fetch_range, self.store, path, body,
-                                      pos, stop, etag)
+                    await self._s3(transfer.fetch_range, self.store, of.node.path, body,
+                                   pos, stop, etag)
                 except StoreError as exc:
                     if exc.errno == errno.ESTALE:
                         log.warning("%s changed in S3 while this mount was reading its version "
@@ -281,6 +282,7 @@ class Upload(Namespace):
     async def _upload(self, of: OpenFile) -> None:
         """Upload the whole file: one conditional PUT, or a multipart upload with a conditional
         completion above the part size. Caller holds ``of.lock``."""
+        await self._settled(of.node.path)  # its condition is the ETag S3 gives the moved object
         node = of.node
         if of.body is None:
             await self._load(of)
@@ -348,17 +350,17 @@ class Upload(Namespace):
         memory once, read in the worker thread), else a multipart upload. Returns the new
         ETag."""
         if body.size <= self.config.part_size:
-            return await self._s3_at(path, transfer.upload_whole, self.store, path, body, metadata,
+            return await self._s3(transfer.upload_whole, self.store, path, body, metadata,
                                   if_match=if_match, if_none_match=if_none_match)
-        return await self._s3_at(
-            path, transfer.upload_multipart, self.store, path, body, metadata,
+        return await self._s3(
+            transfer.upload_multipart, self.store, path, body, metadata,
             part_size=self.config.part_size, workers=PART_WORKERS,
             journal=self.content.uploads, if_match=if_match, if_none_match=if_none_match)
 
     async def _current(self, path: str) -> ObjectInfo | bool | None:
         """What S3 holds at ``path`` now (None: nothing; False: could not tell)."""
         try:
-            return await self._s3_at(path, self.store.head, path)
+            return await self._s3(self.store.head, path)
         except StoreError:
             return False
 

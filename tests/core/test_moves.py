@@ -8,6 +8,7 @@ be looked into: what the mount shows, which requests wait, what fsync of a direc
 from __future__ import annotations
 
 import errno
+import os
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -157,15 +158,38 @@ def test_requests_on_either_name_wait_for_the_move(s3_reset, s3) -> None:
     assert s3.get_object(Bucket=BUCKET, Key="b/f")["Body"].read() == b"old"
 
 
-def test_a_move_s3_refuses_loses_nothing_and_the_next_fsyncdir_reports_it(
-        s3_reset, s3) -> None:
-    """Another writer replaces the file between rename(2) and the COPY: the conditional COPY
-    refuses, S3 keeps the other writer's version at the old name, the mount shows S3's truth
-    again, and fsync of the directory answers ESTALE — once."""
+def test_a_file_replaced_elsewhere_meanwhile_moves_with_what_s3_holds(s3_reset, s3) -> None:
+    """rename(2) moves a name: another writer's version, written between rename(2) and the
+    COPY, moves with it (the conditional COPY refuses, one HEAD, the COPY again)."""
     async def body(m: GatedCopies) -> None:
         fs = m.fs
         a, b = await mkdir(fs, b"a"), await mkdir(fs, b"b")
         await write_file(fs, a, b"f", b"mine")
+        await fs.rename(a, b"f", b, b"f", 0, CTX)
+        await wait_for_copy(m)
+        s3.put_object(Bucket=BUCKET, Key="a/f", Body=b"theirs, longer")
+        m.release()
+        await fsyncdir(fs, b)
+        moved = await fs.lookup(b, b"f", CTX)
+        assert moved.st_size == len(b"theirs, longer")
+        assert await read_file(fs, moved.st_ino) == b"theirs, longer"
+
+    serving(s3_reset, body)
+    assert keys(s3) == ["a/", "b/", "b/f"]
+    assert s3.get_object(Bucket=BUCKET, Key="b/f")["Body"].read() == b"theirs, longer"
+
+
+def test_a_move_s3_refuses_under_an_open_file_loses_nothing_and_fsyncdir_reports_it(
+        s3_reset, s3) -> None:
+    """The same race while the file is open: its next upload builds on the version renamed, so
+    the move fails instead. S3 keeps the other writer's version at the old name, the mount
+    shows S3's truth again, and fsync of the directory answers ESTALE — once per directory."""
+    async def body(m: GatedCopies) -> None:
+        fs = m.fs
+        a, b = await mkdir(fs, b"a"), await mkdir(fs, b"b")
+        await write_file(fs, a, b"f", b"mine")
+        ino = (await fs.lookup(a, b"f", CTX)).st_ino
+        fi = await fs.open(ino, os.O_RDONLY, CTX)
         await fs.rename(a, b"f", b, b"f", 0, CTX)
         await wait_for_copy(m)
         s3.put_object(Bucket=BUCKET, Key="a/f", Body=b"theirs")
@@ -176,6 +200,7 @@ def test_a_move_s3_refuses_loses_nothing_and_the_next_fsyncdir_reports_it(
         await fsyncdir(fs, b)  # reported once
         with pytest.raises(pyfuse3.FUSEError):
             await fsyncdir(fs, a)  # and once to the other directory
+        await fs.release(fi.fh)
         assert (await fs.lookup(b, b"f", CTX)).st_ino == 0
         back = await fs.lookup(a, b"f", CTX)
         assert back.st_ino != 0
