@@ -87,14 +87,21 @@ async def wait_for_copy(mount: GatedCopies, n: int = 1) -> None:
             await trio.sleep(0.005)
 
 
+async def move_pending(m: GatedCopies, name: bytes, data: bytes) -> tuple[int, int]:
+    """Directories ``a`` and ``b``, ``a/NAME`` written, renamed to ``b/NAME``, and its COPY
+    waiting at the gate. Returns the two directories' inodes."""
+    a, b = await mkdir(m.fs, b"a"), await mkdir(m.fs, b"b")
+    await write_file(m.fs, a, name, data)
+    await m.fs.rename(a, name, b, name, 0, CTX)
+    await wait_for_copy(m)
+    return a, b
+
+
 def test_a_move_between_directories_returns_before_s3_has_it_and_fsyncdir_waits(
         s3_reset, s3) -> None:
     async def body(m: GatedCopies) -> None:
         fs = m.fs
-        a, b = await mkdir(fs, b"a"), await mkdir(fs, b"b")
-        await write_file(fs, a, b"note.md", b"remember this")
-        await fs.rename(a, b"note.md", b, b"note.md", 0, CTX)
-        await wait_for_copy(m)
+        a, b = await move_pending(m, b"note.md", b"remember this")
         # rename(2) has returned: the mount shows the move, S3 does not have it yet.
         assert keys(s3) == ["a/", "a/note.md", "b/"]
         assert (await fs.lookup(a, b"note.md", CTX)).st_ino == 0
@@ -124,10 +131,7 @@ def test_requests_on_either_name_wait_for_the_move(s3_reset, s3) -> None:
     If-None-Match: *), and a re-listing of either directory never shows S3 half done."""
     async def body(m: GatedCopies) -> None:
         fs = m.fs
-        a, b = await mkdir(fs, b"a"), await mkdir(fs, b"b")
-        await write_file(fs, a, b"f", b"old")
-        await fs.rename(a, b"f", b, b"f", 0, CTX)
-        await wait_for_copy(m)
+        a, b = await move_pending(m, b"f", b"old")
         fs.core.inodes.get(a).listing.fetched_at = float("-inf")  # a re-list would be wrong now
         fs.core.inodes.get(b).listing.fetched_at = float("-inf")
         results: dict[str, object] = {}
@@ -163,10 +167,7 @@ def test_a_file_replaced_elsewhere_meanwhile_moves_with_what_s3_holds(s3_reset, 
     COPY, moves with it (the conditional COPY refuses, one HEAD, the COPY again)."""
     async def body(m: GatedCopies) -> None:
         fs = m.fs
-        a, b = await mkdir(fs, b"a"), await mkdir(fs, b"b")
-        await write_file(fs, a, b"f", b"mine")
-        await fs.rename(a, b"f", b, b"f", 0, CTX)
-        await wait_for_copy(m)
+        _a, b = await move_pending(m, b"f", b"mine")
         s3.put_object(Bucket=BUCKET, Key="a/f", Body=b"theirs, longer")
         m.release()
         await fsyncdir(fs, b)
@@ -258,10 +259,7 @@ def test_moves_leave_no_claims_or_waiters(s3_reset, s3) -> None:
 def test_a_move_whose_source_vanished_reports_it_and_shows_neither_name(s3_reset, s3) -> None:
     async def body(m: GatedCopies) -> None:
         fs = m.fs
-        a, b = await mkdir(fs, b"a"), await mkdir(fs, b"b")
-        await write_file(fs, a, b"f", b"x")
-        await fs.rename(a, b"f", b, b"f", 0, CTX)
-        await wait_for_copy(m)
+        a, b = await move_pending(m, b"f", b"x")
         s3.delete_object(Bucket=BUCKET, Key="a/f")  # deleted elsewhere meanwhile
         m.release()
         with pytest.raises(pyfuse3.FUSEError) as failed:
