@@ -37,6 +37,8 @@ def test_status_counts_what_the_wire_saw(proxy: S3Proxy, mount_factory) -> None:
     h.run({"command": "create", "path": "/memories/a.md", "file_text": "one\n"})
     h.run({"command": "str_replace", "path": "/memories/a.md", "old_str": "one", "new_str": "2"})
     h.run({"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/b.md"})
+    h.run({"command": "rename", "old_path": "/memories/b.md",
+           "new_path": "/memories/archive/b.md"})  # deferred, and settled when it answers
     h.run({"command": "view", "path": "/memories"})
     out = status("--json", str(mnt))
     assert out.returncode == 0, out.stderr
@@ -47,6 +49,7 @@ def test_status_counts_what_the_wire_saw(proxy: S3Proxy, mount_factory) -> None:
     assert st["s3"]["total"] == sum(wire.values())
     assert st["mountpoint"] == str(mnt) and st["source"]["prefix"] == "agents/"
     assert st["open_files"] == 0 and st["pending_uploads"] == 0 and st["conflicts"] == 0
+    assert (st["pending_moves"], st["deferred_moves"]) == (0, 1)
 
     # Every memfs mount, when none is named: this one among them, as a table.
     out = status()
@@ -62,6 +65,7 @@ def test_status_counts_what_the_wire_saw(proxy: S3Proxy, mount_factory) -> None:
             assert (f'memfs_s3_requests_total{{mountpoint="{mnt}",operation="{op}",'
                     f'outcome="{outcome}"}} {n}') in prom
     assert f'memfs_open_files{{mountpoint="{mnt}"}} 0' in prom
+    assert f'memfs_deferred_moves_total{{mountpoint="{mnt}"}} 1' in prom
     assert "# TYPE memfs_s3_requests_total counter" in prom
 
 
