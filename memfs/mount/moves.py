@@ -10,9 +10,9 @@ the background (``Renames._settle_move``); the kernel's lock is held for microse
 The rules that keep this safe, each enforced here or by the callers named:
 
 * **Durability moves to fsync**, as on a disk: fsync of either directory (``fsyncdir``) or of the
-  moved file returns once S3 has the move, and reports a move that failed. The memory handler
-  fsyncs the destination directory after every rename, so a command still returns only once S3
-  has it; unmount waits for every move (``drained``).
+  moved file returns once S3 has the move; the directory's fsync also reports a move that
+  failed. The memory handler fsyncs the destination directory after every rename, so a command
+  still returns only once S3 has it; unmount waits for every move (``drained``).
 * **No request sees S3 behind the mount's view.** Until S3 has a move, every S3 request on either
   name and every LIST of either directory (``Listings._listing``) waits for it (``settled``; the
   request's author calls ``CoreState._settled`` before reading the node's ETag or key): a read of
