@@ -43,6 +43,10 @@ class Listings(CoreState):
             # (every lookup would list again).
             cache = DirCache(listing.files, listing.dirs, time.time(), listing.has_marker,
                              started)
+            if listing.files or listing.dirs or listing.has_marker:
+                # S3 showed keys under it: the directory itself exists as of this LIST, so a
+                # lookup of its name need not re-list its parent for that within the TTL.
+                dnode.validated_at = max(dnode.validated_at, cache.fetched_at)
             for name, (when, what) in list(dnode.recent.items()):
                 if when >= started:
                     cache.apply(name, what)  # may have finished after S3 answered the LIST

@@ -156,6 +156,29 @@ def test_reopen_after_ttl_in_a_listed_directory_lists_it_again(s3, s3_reset) -> 
     assert c.take() == {"ListObjectsV2": 1}
 
 
+def test_a_directory_listed_within_the_ttl_is_looked_up_without_listing_its_parent(
+        s3, s3_reset) -> None:
+    """Its own LIST showed keys under it: it exists. Once its parent's listing has expired, a
+    lookup of its name still costs nothing; a directory whose own listing has expired too is
+    confirmed by listing the parent, as before."""
+    s3.put_object(Bucket=BUCKET, Key="d/f.md", Body=b"x")
+    s3.put_object(Bucket=BUCKET, Key="e/g.md", Body=b"y")
+    c = Counted(s3_reset, ttl=1.0)
+
+    async def main():
+        d = (await c.fs.lookup(ROOT, b"d", CTX)).st_ino  # lists the root
+        e = (await c.fs.lookup(ROOT, b"e", CTX)).st_ino
+        await trio.sleep(0.6)
+        assert (await c.fs.lookup(d, b"f.md", CTX)).st_ino != 0  # lists d (and reads f.md)
+        assert c.take()["ListObjectsV2"] == 2
+        await trio.sleep(0.6)  # the root's listing has expired, d's has not
+        assert (await c.fs.lookup(ROOT, b"d", CTX)).st_ino == d
+        assert c.take() == {}
+        assert (await c.fs.lookup(ROOT, b"e", CTX)).st_ino == e  # known only from the root
+        assert c.take() == {"ListObjectsV2": 1}
+    run(main)
+
+
 def test_reopen_after_ttl_revalidates_with_a_conditional_get(s3, s3_reset) -> None:
     c = Counted(s3_reset, ttl=0)
 
