@@ -28,7 +28,7 @@ from memfs.cli.base import (
 )
 from memfs.cli.completion import DIRECTORY, complete_as
 from memfs.cli.fuse_conventions import SourceError, apply_options, parse_source
-from memfs.mount.config import ConfigError, MountConfig
+from memfs.mount.config import ConfigError, MountConfig, default_cache_dir
 
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -294,12 +294,6 @@ def _usable(directory: Path) -> Path | None:
     except OSError:
         return None
     return directory
-
-
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/memfs``, else ``~/.cache/memfs``."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / PROG
 
 
 def _mount_in_background(config: MountConfig, ctx: Context) -> int:

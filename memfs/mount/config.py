@@ -133,3 +133,9 @@ class MountConfig:
     def source(self) -> str:
         """What ``mount`` shows as the filesystem's source (commas would split mount options)."""
         return f"s3://{self.bucket}/{self.prefix}".replace(",", "_")
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/memfs``, else ``~/.cache/memfs`` (where ``--cache-dir`` defaults to)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "memfs"

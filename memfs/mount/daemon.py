@@ -26,7 +26,7 @@ import pyfuse3
 import trio
 
 from memfs.mount import sdnotify, transfer
-from memfs.mount.config import MountConfig
+from memfs.mount.config import MountConfig, default_cache_dir
 from memfs.mount.diskcache import CacheInUse
 from memfs.mount.fs import MemFS
 from memfs.mount.quota import Usage
@@ -145,11 +145,6 @@ def _report_warning(message: str) -> None:
             os.write(int(fd), f"WARN {message}\n".encode())
 
 
-def default_cache_hint() -> str:
-    """Where the default cache directory would have been, for messages."""
-    return os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "memfs")
-
-
 def check_conditional_writes(store: Store, config: MountConfig) -> None:
     """Warn when the endpoint ignores ``If-Match``: memfs's promise that no writer silently
     loses an update rests on it (a read-only mount writes nothing and does not ask)."""
@@ -197,7 +192,7 @@ def run(config: MountConfig) -> int:
         _report_ready(f"ERROR {message}")
         raise MountError(message) from None
     if config.cache_dir is None:
-        _report_warning(f"no usable cache directory ({default_cache_hint()}): open files are "
+        _report_warning(f"no usable cache directory ({default_cache_dir()}): open files are "
                         "staged in a temporary directory and the content cache does not survive "
                         "a restart; set --cache-dir (MEMFS_CACHE_DIR)")
     # Multipart uploads a killed daemon left behind (recorded in the cache directory).

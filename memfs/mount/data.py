@@ -287,7 +287,7 @@ class DataPath(Upload):
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         of = self.handles.files[fh]
-        await self.moves.settled(paths=[of.node.path])  # a deferred rename of it is durable too
+        await self._settled(of.node.path)  # a deferred rename of it is durable too
         await self._flush(of, commit=True)
 
     async def release(self, fh: int) -> None:

@@ -105,11 +105,11 @@ class Renames(DataPath):
 
     def _moved(self, src: Node, src_parent: Node, dst_parent: Node, dst_path: str) -> None:
         """The namespace follows a rename of ``src`` to ``dst_path``."""
-        src_path = src.path
+        src_path, src_name = src.path, src.name()
         self.inodes.move(src_path, dst_path)
         self.content.move(src_path, dst_path)
-        self._listing_remove(src_parent.path, src_path.rpartition("/")[2])
-        self._listing_add(dst_parent.path, dst_path.rpartition("/")[2], src)
+        self._listing_remove(src_parent.path, src_name)
+        self._listing_add(dst_parent.path, src.name(), src)  # its new name
 
     async def _defer_move(self, src: Node, src_parent: Node, dst_parent: Node,
                           dst_path: str) -> None:

@@ -211,7 +211,7 @@ def test_a_move_s3_refuses_under_an_open_file_loses_nothing_and_fsyncdir_reports
     assert keys(s3) == ["a/", "a/f", "b/"]
 
 
-def test_unserved_cores_and_renames_that_replace_or_stay_in_one_directory_are_synchronous(
+def test_renames_that_replace_or_stay_in_one_directory_are_synchronous(
         s3_reset, s3) -> None:
     async def body(m: GatedCopies) -> None:
         fs = m.fs
