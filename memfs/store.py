@@ -273,13 +273,46 @@ class Store:
                     )
         except Exception as exc:
             raise translate(exc, "LIST", prefix) from exc
-        # A name that is both a file and a directory prefix shows as the directory; the file
-        # object stays in S3 untouched (documented in SEMANTICS.md).
-        for name in listing.dirs & listing.files.keys():
-            log.warning("%s%s is both an object and a key prefix; showing the directory",
-                        prefix, name)
-            del listing.files[name]
+        _prefer_directories(listing, prefix)
         return listing
+
+    def list_tree(self, path: str, max_keys: int = 1000) -> dict[str, Listing] | None:
+        """Every directory's children under ``path``, from one LIST without a delimiter: the
+        listing ``list_dir`` would give for ``path`` (key "") and for each directory below it
+        (keyed by its path relative to ``path``). None when the keys under ``path`` fill more
+        than one page of ``max_keys``: the caller lists the one directory instead.
+
+        Directories are what delimited LISTs would show: every key names the directories above
+        it, a key ending in "/" is a directory's marker, and a segment a listing would skip
+        ('a//b', '.', '..') hides what lies below it."""
+        prefix = self.dir_key(path)
+        try:
+            resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix,
+                                               MaxKeys=max_keys)
+        except Exception as exc:
+            raise translate(exc, "LIST", prefix) from exc
+        if resp.get("IsTruncated"):
+            return None
+        tree: dict[str, Listing] = {"": Listing()}
+        for obj in resp.get("Contents", ()):
+            *dirs, leaf = obj["Key"][len(prefix):].split("/")
+            where = ""
+            for name in dirs:
+                if not _valid_name(name):
+                    break
+                tree[where].dirs.add(name)
+                where = f"{where}/{name}" if where else name
+                tree.setdefault(where, Listing())
+            else:
+                if leaf == "":
+                    tree[where].has_marker = True
+                elif _valid_name(leaf) and not leaf.endswith("_$folder$"):
+                    tree[where].files[leaf] = ObjectInfo(
+                        size=int(obj["Size"]), etag=obj["ETag"],
+                        mtime=obj["LastModified"].timestamp())
+        for where, listing in tree.items():
+            _prefer_directories(listing, f"{prefix}{where}/" if where else prefix)
+        return tree
 
     def walk_keys(self, path: str) -> Iterator[tuple[str, ObjectInfo]]:
         """Every object under directory ``path`` (its marker too), as (relative key, info)."""
@@ -423,6 +456,15 @@ class Store:
                 first = resp["Errors"][0]
                 raise StoreError(errno.EIO, f"DELETE {first.get('Key')}: {first.get('Code')} "
                                  f"{first.get('Message')}", str(first.get("Code")))
+
+
+def _prefer_directories(listing: Listing, prefix: str) -> None:
+    """A name that is both a file and a directory prefix shows as the directory; the file
+    object stays in S3 untouched (documented in SEMANTICS.md)."""
+    for name in listing.dirs & listing.files.keys():
+        log.warning("%s%s is both an object and a key prefix; showing the directory",
+                    prefix, name)
+        del listing.files[name]
 
 
 def _valid_name(name: str) -> bool:

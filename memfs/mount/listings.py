@@ -16,9 +16,10 @@ from __future__ import annotations
 import stat
 import time
 
-from memfs.mount.nodes import DirCache, Kind, Node, child_path, kind_of_mode, type_bits
+from memfs.mount.nodes import ROOT_INODE, DirCache, Kind, Node, child_path, kind_of_mode, type_bits
 from memfs.mount.state import CoreState
 from memfs.objectmeta import ObjectInfo
+from memfs.store import Listing
 
 # A directory with more entries than one LIST page: once its listing expires, single names are
 # probed (_probe) instead of re-listing all of it.
@@ -36,31 +37,80 @@ class Listings(CoreState):
             if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
                 return dnode.listing
             path = dnode.path
+            below = self._small_tree(dnode)
+            if below is not None:
+                await self.moves.settled(trees=[path])
+                started = time.time()
+                tree = await self._s3(self.store.list_tree, path, BIG_DIR)
+                if tree is not None:
+                    arrived = time.time()
+                    for node in below:
+                        if not node.detached:
+                            rel = node.path[len(path):].lstrip("/")
+                            self._install(node, tree.get(rel, Listing()), started, arrived)
+                    return self._install(dnode, tree[""], started, arrived)
             await self.moves.settled(dirs=[path])  # S3 has every move into or out of it
             started = time.time()
             listing = await self._s3(self.store.list_dir, path)
-            # Fresh from when it arrived: a LIST slower than the TTL must not be stale on arrival
-            # (every lookup would list again).
-            cache = DirCache(listing.files, listing.dirs, time.time(), listing.has_marker,
-                             started)
-            if listing.files or listing.dirs or listing.has_marker:
-                # S3 showed keys under it: the directory itself exists as of this LIST, so a
-                # lookup of its name need not re-list its parent for that within the TTL.
-                dnode.validated_at = max(dnode.validated_at, cache.fetched_at)
-            for name, (when, what) in list(dnode.recent.items()):
-                if when >= started:
-                    cache.apply(name, what)  # may have finished after S3 answered the LIST
-                else:
-                    del dnode.recent[name]  # S3 had it before the LIST began
-            # Files this mount created but has not uploaded yet are not in S3: keep them.
-            for of in self.handles.states():
-                n = of.node
-                if of.is_new and not n.detached and n.parent_path() == path and n.path:
-                    cache.files[n.name()] = ObjectInfo(n.size, "", n.mtime)
-            if dnode.listing is not None and set(dnode.listing.names()) != set(cache.names()):
-                self._touch_dir(dnode)  # entries changed elsewhere: as far as we can know, now
-            dnode.listing = cache
-            return cache
+            return self._install(dnode, listing, started, time.time())
+
+    def _small_tree(self, dnode: Node) -> list[Node] | None:
+        """The directories below ``dnode`` when all of them are in use (each has a listing,
+        fresh or not) and together they held fewer entries than one LIST page: then one LIST
+        without a delimiter refreshes every one of their listings for the price of this one
+        (an agent's `view` walks them next; its lookups need them). None otherwise."""
+        below: list[Node] = []
+        todo, entries = [dnode], 0
+        while todo:
+            node = todo.pop()
+            listing = node.listing
+            if listing is None:
+                return None
+            entries += len(listing.files) + len(listing.dirs) + 1
+            if entries > BIG_DIR // 2:
+                return None
+            for name in listing.dirs:
+                child = self.inodes.at(child_path(node.path, name))
+                if child is None or child.kind is not Kind.DIR:
+                    return None
+                below.append(child)
+                todo.append(child)
+        return below if below else None
+
+    def _install(self, dnode: Node, listing: Listing, started: float, arrived: float) -> DirCache:
+        """Make ``listing`` (sent at ``started``, answered at ``arrived``) the directory's."""
+        path = dnode.path
+        # Fresh from when it arrived: a LIST slower than the TTL must not be stale on arrival
+        # (every lookup would list again).
+        cache = DirCache(listing.files, listing.dirs, arrived, listing.has_marker, started)
+        if listing.files or listing.dirs or listing.has_marker:
+            self._exists_as_of(dnode, cache.fetched_at)
+        for name, (when, what) in list(dnode.recent.items()):
+            if when >= started:
+                cache.apply(name, what)  # may have finished after S3 answered the LIST
+            else:
+                del dnode.recent[name]  # S3 had it before the LIST began
+        # Files this mount created but has not uploaded yet are not in S3: keep them.
+        for of in self.handles.states():
+            n = of.node
+            if of.is_new and not n.detached and n.parent_path() == path and n.path:
+                cache.files[n.name()] = ObjectInfo(n.size, "", n.mtime)
+        if dnode.listing is not None and set(dnode.listing.names()) != set(cache.names()):
+            self._touch_dir(dnode)  # entries changed elsewhere: as far as we can know, now
+        dnode.listing = cache
+        return cache
+
+    def _exists_as_of(self, dnode: Node, when: float) -> None:
+        """S3 showed keys under the directory at ``when``: it and every directory above it
+        exist as of then (a prefix with keys under it is a directory, and directories win over
+        files of the same name), so looking their names up need not re-list their parents
+        within the TTL."""
+        node: Node | None = dnode
+        while node is not None and not node.detached:
+            node.validated_at = max(node.validated_at, when)
+            if node.inode == ROOT_INODE:
+                break
+            node = self.inodes.at(node.parent_path())
 
     def _sync_child(self, parent: Node, name: str, listing: DirCache) -> Node | None:
         """Bring the node for ``parent/name`` in line with the listing; None if it is gone."""
@@ -114,6 +164,13 @@ class Listings(CoreState):
         if node is not None and (self._fresh(node.validated_at) or self._is_local(node)):
             return node
         stale = parent.listing
+        if node is not None and self._own_listing_answers(parent, node):
+            # The parent's listing has expired: re-list the directory itself rather than its
+            # parent. Keys under it prove it exists, and its listing is what the next lookup
+            # (of a name inside it) needs: one LIST where re-listing the parent cost two.
+            await self._listing(node)
+            if self._fresh(node.validated_at) and self.inodes.at(node.path) is node:
+                return node
         if for_create and node is None and stale is not None and stale.kind_of(name) is None:
             return None
         if stale is not None and len(stale.files) + len(stale.dirs) > BIG_DIR \
@@ -121,6 +178,15 @@ class Listings(CoreState):
             return await self._probe(parent, name)
         listing = await self._listing(parent)
         return self._sync_child(parent, name, listing)
+
+    def _own_listing_answers(self, parent: Node, node: Node) -> bool:
+        """Whether to validate the directory ``node`` by its own LIST (see ``_resolve``): it
+        is a directory in use (listed before, within one page) and its parent's listing, which
+        would answer for it, has expired."""
+        own, above = node.listing, parent.listing
+        return (node.kind is Kind.DIR and own is not None
+                and len(own.files) + len(own.dirs) <= BIG_DIR
+                and (above is None or not self._fresh(above.fetched_at)))
 
     async def _probe(self, parent: Node, name: str) -> Node | None:
         """``_resolve`` in a big directory whose listing has expired: ask S3 about this one

@@ -81,9 +81,12 @@ class Driver:
     """Kernel-like calls on the core: path walks by lookup. Like the kernel, it holds what it
     looked up until the operation is over, then forgets it (``forget_all``)."""
 
-    def __init__(self, core: MemFSCore) -> None:
+    def __init__(self, core: MemFSCore, *, keep_dirs: bool = False) -> None:
         self.core = core
         self.held: list[int] = []
+        # Like a kernel whose dentry cache keeps the directories a shell sits in: directories
+        # looked up stay held (their nodes and listings live on) across operations.
+        self.keep_dirs = keep_dirs
 
     async def lookup(self, parent: Node, name: str) -> Node | None:
         found = await self.core.lookup(parent.inode, name)
@@ -92,8 +95,23 @@ class Driver:
         return found
 
     def forget_all(self) -> None:
-        self.core.forget([(inode, 1) for inode in self.held])
+        def kept(inode: int) -> bool:
+            node = self.core.inodes.get(inode)
+            return self.keep_dirs and node is not None and node.kind is Kind.DIR
+
+        self.core.forget([(inode, 1) for inode in self.held if not kept(inode)])
         self.held.clear()
+
+    def age(self, seconds: float) -> None:
+        """Let ``seconds`` pass for everything the core knows (validations, listings, its
+        recent changes): with a TTL shorter than that, all of it has expired."""
+        for node in list(self.core.inodes.by_inode.values()):
+            node.validated_at -= seconds
+            if node.listing is not None:
+                node.listing.fetched_at -= seconds
+                node.listing.started -= seconds
+            node.recent = {name: (when - seconds, what)
+                           for name, (when, what) in node.recent.items()}
 
     async def walk(self, path: str) -> Node:
         node = self.core.inodes[ROOT_INODE]
@@ -344,13 +362,15 @@ class SlowMovesStore(MemoryStore):
         return super().delete(*args, **kwargs)
 
 
-def run_sequence(seed: int, ops: int, ttl: float, *, serving: bool = False) -> int:
+def run_sequence(seed: int, ops: int, ttl: float, *, serving: bool = False,
+                 keep_dirs: bool = False) -> tuple[int, int]:
     """``serving``: the core has a nursery, as when the daemon serves, so renames between
     directories are deferred (``memfs.mount.moves``) and overlap the operations after them.
-    Returns how many were."""
+    ``keep_dirs``: directories stay looked up between operations (``Driver``). Returns how
+    many moves were deferred and how many listings came from one LIST of a whole subtree."""
     store = SlowMovesStore(seed) if serving else MemoryStore()
     core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=ttl))
-    drv, model, rng = Driver(core), Model(), random.Random(seed)
+    drv, model, rng = Driver(core, keep_dirs=keep_dirs), Model(), random.Random(seed)
     done: list[str] = []
 
     async def steps() -> None:
@@ -360,6 +380,9 @@ def run_sequence(seed: int, ops: int, ttl: float, *, serving: bool = False) -> i
                     done.append(await step(rng, drv, model, MOVING_OPS if serving else OPS))
                 finally:
                     drv.forget_all()
+                if keep_dirs and rng.random() < 0.2:
+                    drv.age(ttl + 1)  # every listing and validation expires
+                    done.append("(time passes)")
                 core.check_invariants()
             except AssertionError as exc:
                 history = "\n".join(done[-15:])
@@ -378,7 +401,7 @@ def run_sequence(seed: int, ops: int, ttl: float, *, serving: bool = False) -> i
 
     trio.run(main)
     check_store(store, model)
-    return core.moves.deferred
+    return core.moves.deferred, store.trees
 
 
 @pytest.mark.parametrize("seed", range(24))
@@ -407,4 +430,18 @@ def test_random_operations_match_the_model_with_deferred_moves_relisting(seed: i
 
 def test_the_serving_sequences_do_defer_moves() -> None:
     """The sequences above exercise what they claim: renames between directories deferred."""
-    assert sum(run_sequence(seed, 150, ttl=60.0, serving=True) for seed in range(200, 204)) >= 4
+    assert sum(run_sequence(seed, 150, ttl=60.0, serving=True)[0]
+               for seed in range(200, 204)) >= 4
+
+
+@pytest.mark.parametrize("seed", range(400, 416))
+def test_random_operations_match_the_model_relisting_held_directories(seed: int) -> None:
+    """Directories stay looked up, and now and then every listing expires at once: re-listing
+    a directory whose subdirectories are all in use takes one LIST of the whole subtree
+    (``Listings._small_tree``), and the listings it installs serve the lookups after it."""
+    run_sequence(seed, 150, ttl=60.0, keep_dirs=True)
+
+
+def test_the_held_directory_sequences_do_list_subtrees() -> None:
+    assert sum(run_sequence(seed, 150, ttl=60.0, keep_dirs=True)[1]
+               for seed in range(400, 404)) >= 20

@@ -179,6 +179,45 @@ def test_a_directory_listed_within_the_ttl_is_looked_up_without_listing_its_pare
     run(main)
 
 
+def test_an_expired_directory_in_use_is_confirmed_by_its_own_listing(s3, s3_reset) -> None:
+    """Once every listing has expired, looking up a directory that was listed before re-lists
+    that directory, not its parent: one LIST proves it exists and answers the lookup of the
+    name inside it that usually follows. Keys under it prove its ancestors too."""
+    s3.put_object(Bucket=BUCKET, Key="a/b/f.md", Body=b"x")
+    c = Counted(s3_reset, ttl=0.5)
+
+    async def main():
+        a = (await c.fs.lookup(ROOT, b"a", CTX)).st_ino  # lists the root
+        b = (await c.fs.lookup(a, b"b", CTX)).st_ino  # lists a
+        f = (await c.fs.lookup(b, b"f.md", CTX)).st_ino  # lists b (and reads f.md)
+        assert c.take()["ListObjectsV2"] == 3
+        await trio.sleep(0.7)  # every listing has expired
+        assert (await c.fs.lookup(a, b"b", CTX)).st_ino == b
+        assert c.take() == {"ListObjectsV2": 1}
+        assert (await c.fs.lookup(b, b"f.md", CTX)).st_ino == f
+        assert (await c.fs.lookup(ROOT, b"a", CTX)).st_ino == a
+        assert c.take() == {}
+    run(main)
+
+
+def test_a_directory_emptied_elsewhere_is_looked_up_in_its_parent(s3, s3_reset) -> None:
+    """Its own LIST shows nothing under it: the parent's listing decides, as before."""
+    s3.put_object(Bucket=BUCKET, Key="a/b/f.md", Body=b"x")
+    c = Counted(s3_reset, ttl=0.5)
+
+    async def main():
+        a = (await c.fs.lookup(ROOT, b"a", CTX)).st_ino
+        b = (await c.fs.lookup(a, b"b", CTX)).st_ino
+        await c.fs.lookup(b, b"f.md", CTX)
+        s3.delete_object(Bucket=BUCKET, Key="a/b/f.md")
+        s3.put_object(Bucket=BUCKET, Key="a/g.md", Body=b"y")
+        await trio.sleep(0.7)
+        c.take()
+        assert (await c.fs.lookup(a, b"b", CTX)).st_ino == 0  # no such name
+        assert c.take() == {"ListObjectsV2": 2}  # b's own (empty), then a's
+    run(main)
+
+
 def test_reopen_after_ttl_revalidates_with_a_conditional_get(s3, s3_reset) -> None:
     c = Counted(s3_reset, ttl=0)
 

@@ -27,6 +27,7 @@ class MemoryStore:
         # key -> (bytes, user metadata, etag, last-modified)
         self.objects: dict[str, tuple[bytes, dict[str, str], str, float]] = {}
         self.calls: Counter[str] = Counter()
+        self.trees = 0  # of the LISTs, how many were list_tree's (tests check they happen)
         self._etags = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -72,20 +73,36 @@ class MemoryStore:
             return self.objects[key][0], info
 
     def list_dir(self, path: str) -> Listing:
-        prefix = self.dir_key(path)
-        listing = Listing()
         with self._lock:
             self.calls["LIST"] += 1
-            for key in self.objects:
-                if not key.startswith(prefix):
-                    continue
-                rest = key[len(prefix):]
-                if rest == "":
-                    listing.has_marker = True
-                elif "/" in rest:
-                    listing.dirs.add(rest.split("/", 1)[0])
-                else:  # like S3, a LIST carries no user metadata
-                    listing.files[rest] = self._listed(key)
+            return self._list_dir(path)
+
+    def list_tree(self, path: str, max_keys: int = 1000) -> dict[str, Listing] | None:
+        """Every directory's ``list_dir`` under ``path`` in one LIST, as Store.list_tree."""
+        prefix = self.dir_key(path)
+        with self._lock:
+            self.calls["LIST"] += 1
+            self.trees += 1
+            rests = [k[len(prefix):] for k in self.objects if k.startswith(prefix)]
+            if len(rests) > max_keys:
+                return None
+            below = {"/".join(r.split("/")[:i]) for r in rests for i in range(1, r.count("/") + 1)}
+            return {d: self._list_dir("/".join(p for p in (path, d) if p))
+                    for d in below | {""}}
+
+    def _list_dir(self, path: str) -> Listing:
+        prefix = self.dir_key(path)
+        listing = Listing()
+        for key in self.objects:
+            if not key.startswith(prefix):
+                continue
+            rest = key[len(prefix):]
+            if rest == "":
+                listing.has_marker = True
+            elif "/" in rest:
+                listing.dirs.add(rest.split("/", 1)[0])
+            else:  # like S3, a LIST carries no user metadata
+                listing.files[rest] = self._listed(key)
         for name in listing.dirs & listing.files.keys():
             del listing.files[name]
         return listing
