@@ -104,9 +104,12 @@ class DataPath(Upload):
         fh = self.handles.add(of, (ctx.pid, thread_group(ctx.pid)), append=append, direct=direct)
         if writing and ctx.uid != 0:
             self.handles.killpriv.add(fh)
-        # The kernel bounds reads by the size it cached; a commit or listing may have changed
-        # it meanwhile. Dropping its cached attributes makes a read past that size ask getattr.
-        self.kernel.forget_attrs(of.node.inode)
+        # The kernel bounds cached reads by the size it was last given (``kernel_size``); a
+        # commit or listing may have changed ours since without telling it. Then dropping its
+        # cached attributes makes a read past that size ask getattr. When they agree the
+        # kernel keeps them: an agent's open + fstat + read costs no GETATTR round trips.
+        if of.node.kernel_size != of.node.size:
+            self.kernel.forget_attrs(of.node.inode)
         # The kernel's page cache is dropped at each open: what we serve is what we revalidated.
         return Opened(fh, direct_io=direct)
 
@@ -240,10 +243,21 @@ class DataPath(Upload):
                 break
             await self._fetch_for_read(of, body, off, size)
         of.read_end = off + size
-        return body.read(off, size)
+        data = body.read(off, size)
+        node = of.node
+        if len(data) < size and node.kernel_size > off + len(data):
+            # The kernel takes a short read as the file's end and lowers its cached size to it
+            # (a reader still on an older, shorter version): mirror that, so the next open
+            # sees the sizes differ and makes the kernel ask again (``_new_handle``).
+            node.kernel_size = off + len(data)
+        return data
 
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         of = self.handles.files[fh]
+        if 0 <= of.node.kernel_size < off + len(buf):
+            # The kernel grows its cached size to the end of a write (even a private one that
+            # may yet be discarded): mirror that (``_new_handle``).
+            of.node.kernel_size = off + len(buf)
         # The writer chose ``off`` from the size of the version it opened (stat, SEEK_END): it
         # must land in that version, or nowhere.
         body = await self._ensure_body(of, expect=of.base_etag)

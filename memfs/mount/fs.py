@@ -87,7 +87,7 @@ def entry_attributes(node: Node, ttl: float) -> pyfuse3.EntryAttributes:
     a.st_rdev = node.rdev
     # Directories report 4,096 bytes like ext4 and s3fs-fuse, so tools that print sizes
     # (the memory tool's directory view among them) show the same on every filesystem.
-    a.st_size = 4096 if node.kind is Kind.DIR else node.size
+    a.st_size = node.kernel_size = 4096 if node.kind is Kind.DIR else node.size
     a.st_blksize = 4096
     a.st_blocks = (node.size + 511) // 512
     a.st_mtime_ns = int(node.mtime * 1e9)

@@ -121,6 +121,9 @@ class Node:
     symlink_target: bytes | None = None
     validated_at: float = 0.0
     nlookup: int = 0
+    # The size in the attributes last sent to the kernel for this inode (-1: none yet). The
+    # kernel bounds cached reads by it until its attribute timeout runs out (DataPath).
+    kernel_size: int = -1
     # Set once the name is gone (unlink, rename over it): the node no longer stands for ``path``.
     detached: bool = False
     listing: DirCache | None = None

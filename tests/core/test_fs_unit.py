@@ -20,6 +20,8 @@ import trio
 
 from memfs.mount.config import MountConfig
 from memfs.mount.fs import MemFS
+from memfs.mount.state import Kernel
+from memfs.protocol import XATTR_ATOMIC
 from memfs.store import Store, make_client
 from tests.conftest import BUCKET
 
@@ -215,6 +217,66 @@ def test_a_directory_emptied_elsewhere_is_looked_up_in_its_parent(s3, s3_reset) 
         c.take()
         assert (await c.fs.lookup(a, b"b", CTX)).st_ino == 0  # no such name
         assert c.take() == {"ListObjectsV2": 2}  # b's own (empty), then a's
+    run(main)
+
+
+class AttrsForgotten(Kernel):
+    """Records which inodes' cached attributes the core told the kernel to drop."""
+
+    def __init__(self) -> None:
+        self.inodes: list[int] = []
+
+    def forget_attrs(self, inode: int) -> None:
+        self.inodes.append(inode)
+
+
+def test_an_open_drops_the_kernels_cached_size_only_when_it_may_be_stale(s3, s3_reset) -> None:
+    """The kernel bounds cached reads by the size it holds: an open makes it ask again only
+    when that size may differ from ours (what we last told it, moved as the kernel moves it:
+    down at a short read, up at a write), not at every open."""
+    c = Counted(s3_reset, ttl=0)
+
+    async def main():
+        fs = c.fs
+        kernel = fs.core.kernel = AttrsForgotten()
+        ino = await write_file(fs, ROOT, b"f.md", b"AAAAA")
+        assert (await fs.getattr(ino, CTX)).st_size == 5  # the kernel holds 5
+        kernel.inodes.clear()
+        old = await fs.open(ino, os.O_RDONLY, CTX)
+        assert kernel.inodes == []  # it holds our size: nothing to drop
+        assert await fs.read(old.fh, 0, 4096) == b"AAAAA"
+        s3.put_object(Bucket=BUCKET, Key="f.md", Body=b"BBBBBBBBBB")
+        assert (await fs.lookup(ROOT, b"f.md", CTX)).st_size == 10  # the kernel holds 10
+        assert await read_file(fs, ino) == b"BBBBBBBBBB"  # a new reader: the 10 bytes cached
+        # The reader still on the 5-byte version reads short: the kernel lowers its size to 5.
+        assert await fs.read(old.fh, 0, 4096) == b"AAAAA"
+        await fs.release(old.fh)
+        kernel.inodes.clear()
+        new = await fs.open(ino, os.O_RDONLY, CTX)  # the cached version, confirmed (304)
+        assert kernel.inodes == [ino]  # 5 held, 10 current: the kernel must ask again
+        assert await fs.read(new.fh, 0, 4096) == b"BBBBBBBBBB"
+        await fs.release(new.fh)
+    run(main)
+
+
+def test_a_discarded_write_past_the_end_makes_the_next_open_drop_the_kernels_size(
+        counted: Counted) -> None:
+    """The kernel grows its cached size at a write past the end, even one a transaction then
+    discards: the next open must make it ask again."""
+    async def main():
+        fs = counted.fs
+        kernel = fs.core.kernel = AttrsForgotten()
+        ino = await write_file(fs, ROOT, b"f.md", b"AAAAA")
+        assert (await fs.getattr(ino, CTX)).st_size == 5
+        fi = await fs.open(ino, os.O_RDWR, CTX)
+        await fs.setxattr(ino, XATTR_ATOMIC.encode(), b"1", CTX)
+        await fs.write(fi.fh, 0, b"a longer text that is discarded")
+        await fs.release(fi.fh)  # closed without fsync: nothing happened
+        kernel.inodes.clear()
+        again = await fs.open(ino, os.O_RDONLY, CTX)
+        assert kernel.inodes == [ino]
+        assert await fs.read(again.fh, 0, 4096) == b"AAAAA"
+        await fs.release(again.fh)
     run(main)
 
 
