@@ -136,8 +136,9 @@ def _write_in_place(
         flags |= os.O_EXCL
     fd = os.open(name, flags, _NEW_FILE_MODE, dir_fd=dir_fd)
     try:
+        empty = os.fstat(fd).st_size == 0  # before the transaction: still the kernel's cache
         _begin_transaction(fd, agent_id)
-        _commit_transaction(fd, data)
+        _commit_transaction(fd, data, truncate=not empty)
     except BaseException:
         with suppress(OSError):
             os.close(fd)  # without a successful fsync: the mount discards everything
@@ -151,8 +152,9 @@ def _begin_transaction(fd: int, agent_id: str | None) -> None:
         _tag_agent(fd, agent_id)  # before the upload, which records it
 
 
-def _commit_transaction(fd: int, data: bytes) -> None:
-    os.ftruncate(fd, 0)
+def _commit_transaction(fd: int, data: bytes, *, truncate: bool = True) -> None:
+    if truncate:
+        os.ftruncate(fd, 0)
     os.lseek(fd, 0, os.SEEK_SET)
     _write_all(fd, data)
     os.fsync(fd)  # the one conditional PUT; without it close() publishes nothing
@@ -175,12 +177,17 @@ class Edit:
     (module docstring); elsewhere `commit` is the temp-file replace.
     """
 
-    def __init__(self, dir_fd: int, name: str, fd: int, transactional: bool) -> None:
+    def __init__(self, dir_fd: int, name: str, fd: int, transactional: bool,
+                 st: os.stat_result) -> None:
         self.dir_fd = dir_fd
         self.name = name
         self.fd = fd
         self.transactional = transactional
+        # The file's attributes when opened (`open_edit` takes them before the transaction
+        # begins: on memfs a stat after it would cost a round trip to the daemon).
+        self.stat = st
         self.committed = False
+        self._read_size: int | None = None  # bytes `read()` found, when it read to the end
 
     def read(self, limit: int | None = None) -> bytes:
         """The file's bytes from offset 0 (at most `limit` + 1 of them when `limit` is given)."""
@@ -189,17 +196,23 @@ class Edit:
         while want is None or offset < want:
             size = 1 << 20 if want is None else min(1 << 20, want - offset)
             chunk = os.pread(self.fd, size, offset)
-            if not chunk:
-                break
             chunks.append(chunk)
             offset += len(chunk)
+            # A regular file's pread returns fewer bytes than asked only at its end: stop
+            # there instead of asking again (on memfs that read is a round trip to the daemon).
+            if len(chunk) < size:
+                self._read_size = offset
+                break
         return b"".join(chunks)
 
     def commit(self, data: bytes) -> None:
         if self.committed:
             raise ValueError("this edit was already committed")
         if self.transactional:
-            _commit_transaction(self.fd, data)
+            # Writing over every byte read makes the truncation the transaction otherwise
+            # starts with unnecessary (one request fewer); a shorter text still needs it.
+            _commit_transaction(self.fd, data,
+                                truncate=self._read_size is None or len(data) < self._read_size)
         else:
             _write_via_temp(self.dir_fd, self.name, data, exclusive=False)
         self.committed = True
@@ -219,7 +232,11 @@ def open_edit(dir_fd: int, name: str, *, agent_id: str | None = None) -> Iterato
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         fd = os.open(name, flags, dir_fd=dir_fd)
         transactional = False
-    edit = Edit(dir_fd, name, fd, transactional)
+    try:
+        edit = Edit(dir_fd, name, fd, transactional, os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
     try:
         if transactional:
             _begin_transaction(fd, agent_id)

@@ -171,8 +171,8 @@ class MemoryHandler:
                 edit = stack.enter_context(open_edit(dir_fd, mp.name, agent_id=self.agent_id))
             except OSError as err:
                 raise files.open_refusal(mp, err) from None
-            files.check_readable(edit.fd, mp)
-            size = os.fstat(edit.fd).st_size
+            files.check_readable(edit.stat, mp)
+            size = edit.stat.st_size
             if size > self.max_file_bytes:
                 raise CommandError(
                     f"The file {mp.display} is {view.format_size(size)}, over the "

@@ -52,9 +52,9 @@ def open_refusal(mp: MemoryPath, err: OSError) -> Exception:
     return err
 
 
-def check_readable(fd: int, mp: MemoryPath) -> None:
-    """Refuse an open `fd` that is not a regular file, or is too large to read."""
-    st = os.fstat(fd)
+def check_readable(st: os.stat_result, mp: MemoryPath) -> None:
+    """Refuse an open file (`st`: its fstat) that is not a regular file, or is too large to
+    read."""
     if not stat.S_ISREG(st.st_mode):
         raise CommandError(f"Unsupported file type for {mp.display}")
     if st.st_size > MAX_READ_BYTES:
@@ -87,7 +87,7 @@ def read_bytes(dir_fd: int, mp: MemoryPath) -> bytes:
     except OSError as err:
         raise open_refusal(mp, err) from None
     with os.fdopen(fd, "rb") as f:
-        check_readable(f.fileno(), mp)
+        check_readable(os.fstat(f.fileno()), mp)
         return f.read(MAX_READ_BYTES + 1)
 
 

@@ -5,6 +5,7 @@ live memfs mount (moto over HTTP). See docs/HANDLER.md "Writes" and docs/RELIABI
 from __future__ import annotations
 
 import errno
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import memfs.memory.commands as handler_module
 from memfs.handler import CommandError, MemoryHandler
 from memfs.memory import atomic_write
+from memfs.protocol import XATTR_STATS
 from tests.conftest import BUCKET
 from tests.handler.test_handler_commands import err, tree
 
@@ -291,3 +293,48 @@ def test_a_rename_refused_on_the_mount_leaves_no_directory_markers(mnt: Path, s3
         h.run({"command": "rename", "old_path": "/memories/f.md",
                "new_path": "/memories/" + "long-dir/" * 120 + "f.md"})
     assert _keys(s3) == ["f.md"]
+
+
+# -- rewrites: exactly the new bytes, with as few kernel requests as the text allows -----------
+
+
+def _fuse_ops(mnt: Path) -> dict[str, int]:
+    return json.loads(os.getxattr(mnt, XATTR_STATS))["fuse_ops"]
+
+
+@pytest.mark.parametrize("where", ["local", "memfs"])
+@pytest.mark.parametrize("before,after", [("a long first version\n" * 3, "short\n"),
+                                          ("short\n", "a longer second version\n"),
+                                          ("", "from nothing\n"), ("same size\n", "SAME SIZE\n")])
+def test_a_rewrite_leaves_exactly_the_new_bytes(where: str, before: str, after: str,
+                                                root: Path, mnt: Path) -> None:
+    """A rewrite skips the truncation when the new text covers every old byte: over a longer
+    file it must still truncate (create and edit alike)."""
+    base = mnt if where == "memfs" else root
+    h = MemoryHandler(base)
+    h.run({"command": "create", "path": "/memories/c.md", "file_text": before})
+    h.run({"command": "create", "path": "/memories/c.md", "file_text": after})
+    assert (base / "c.md").read_text() == after
+    h.run({"command": "create", "path": "/memories/e.md", "file_text": before + "@"})
+    h.run({"command": "str_replace", "path": "/memories/e.md", "old_str": before + "@",
+           "new_str": after})
+    assert (base / "e.md").read_text() == after
+
+
+def test_an_edit_that_does_not_shrink_costs_one_read_and_no_truncation(mnt: Path) -> None:
+    """The edit reads to the end in one request (a short read is the end) and writes over every
+    old byte, so the kernel sends no second read and no truncating setattr; a shrinking edit
+    truncates."""
+    h = MemoryHandler(mnt)
+    h.run({"command": "create", "path": "/memories/f.md", "file_text": "status: draft\n"})
+    before = _fuse_ops(mnt)
+    h.run({"command": "str_replace", "path": "/memories/f.md", "old_str": "draft",
+           "new_str": "reviewed"})
+    grew = {op: n - before.get(op, 0) for op, n in _fuse_ops(mnt).items()}
+    assert grew.get("read") == 1 and grew.get("setattr", 0) == 0 and grew.get("write") == 1
+    before = _fuse_ops(mnt)
+    h.run({"command": "str_replace", "path": "/memories/f.md", "old_str": "reviewed",
+           "new_str": "ok"})
+    shrank = {op: n - before.get(op, 0) for op, n in _fuse_ops(mnt).items()}
+    assert shrank.get("read") == 1 and shrank.get("setattr") == 1
+    assert (mnt / "f.md").read_text() == "status: ok\n"
