@@ -5,6 +5,13 @@ and kept in step with this mount's own changes (``_listing_change``), so a looku
 directory costs nothing. In a big directory whose listing has expired, one name is probed
 (``_probe``: a LIST of the keys starting with it) instead of re-listing everything.
 
+Under load an agent's commands come further apart than the TTL, so every directory on its paths
+has expired; three rules keep that to about one LIST per command without answering from an
+expired listing: keys under a directory prove it and its ancestors exist (``_exists_as_of``); a
+directory in use whose parent's listing expired is confirmed by its own LIST, which the lookup
+inside it needs next (``_own_listing_answers``); and a small tree of directories in use is
+re-listed with one LIST without a delimiter (``_small_tree``, ``Store.list_tree``).
+
 Freshness: a listing is fresh for the TTL counted from when its LIST *completed* (a LIST slower
 than the TTL must not be stale on arrival). A LIST that was in flight while this mount changed an
 entry may not show the change, so each directory keeps its recent changes (``Node.recent``) and a
