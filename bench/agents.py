@@ -15,7 +15,7 @@ command's latency; the parent reads the proxy's counts and the daemons' CPU time
 from ``/proc``. Columns: commands/s, p50/p95/p99 latency, S3 requests per command (total and by
 type), daemon CPU ms per command, daemon peak RSS, errors. Run::
 
-    python -m bench.agents --k 1,4,16 --files 20 --rtt-ms 0,20 [--legs floor,memfs]
+    python -m bench.agents --k 1,4,16 --files 20 --rtt-ms 0,20 [--legs floor,memfs] [--repeat 3]
 
 A memfs leg can run its daemon and its agents' handler from another checkout, for a
 before/after table in one run (``LEG:LABEL``)::
@@ -106,8 +106,7 @@ def run_leg(name: str, k: int, files: int, moto: str, proxy: S3Proxy, work: Path
     daemon_env = {"PYTHONPATH": checkouts[label], "PYTHONSAFEPATH": "1"} if label else None
     bucket = f"agents-{leg}-{k}-{int(time.time() * 1000) % 10**8}"
     targets.create_bucket(moto, bucket)
-    base = work / f"{leg}-{label}-{k}"
-    base.mkdir()
+    base = Path(tempfile.mkdtemp(prefix=f"{leg}-{label}-{k}-", dir=work))  # a leg may repeat
     mounts = Mounts(proxy.url, base, clean=True)
     try:
         roots: list[str | None] = [None] * k
@@ -168,6 +167,25 @@ def run_leg(name: str, k: int, files: int, moto: str, proxy: S3Proxy, work: Path
     }
 
 
+def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One leg's repeated runs as one row: each number the median of its runs, errors summed."""
+    if len(runs) == 1:
+        return runs[0]
+
+    def med(key: str) -> Any:
+        values = [r[key] for r in runs if r[key] is not None]
+        return statistics.median(values) if values else None
+
+    row = dict(runs[0])
+    for key in ("cmd_per_s", "p50_ms", "p95_ms", "p99_ms", "requests_per_cmd",
+                "daemon_cpu_ms_per_cmd", "daemon_peak_rss_mib"):
+        row[key] = med(key)
+    row["by_type_per_cmd"] = {t: statistics.median(r["by_type_per_cmd"].get(t, 0) for r in runs)
+                              for t in {t for r in runs for t in r["by_type_per_cmd"]}}
+    row["errors"] = sum(r["errors"] for r in runs)
+    return row
+
+
 def table(rtt: float, rows: list[dict[str, Any]]) -> Table:
     t = Table(f"Agents on one mount, RTT {rtt:g} ms", [
         "K", "leg", "cmd/s", "vs floor", "p50 ms", "p95 ms", "p99 ms", "p99 vs floor",
@@ -204,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=20, help="files per agent's session")
     parser.add_argument("--rtt-ms", default="0,20", help="added round trips (default 0,20)")
     parser.add_argument("--legs", default="floor,memfs,memfs-2,sdk-memfs,sdk-s3fs")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="run every leg N times, interleaved, and report each column's "
+                             "median (one run's CPU and p99 move between runs)")
     parser.add_argument("--checkout", action="append", default=[], metavar="LABEL=DIR",
                         help="a checkout whose memfs a leg LEG:LABEL runs its daemon from")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
@@ -225,14 +246,18 @@ def main(argv: list[str] | None = None) -> int:
             proxy.set_delay(rtt / 1000)
             rows = []
             for k in (int(x) for x in args.k.split(",")):
-                for leg in legs:
-                    row = run_leg(leg, k, args.files, moto, proxy, Path(tmp), checkouts)
-                    row["rtt_ms"] = rtt
-                    rows.append(row)
-                    print(f"  K={k} {leg}: {row['cmd_per_s']:.1f} cmd/s, p99 "
-                          f"{row['p99_ms']:.0f} ms, {row['requests_per_cmd']:.2f} req/cmd, "
-                          f"errors {row['errors']}", file=sys.stderr, flush=True)
-            everything += rows
+                runs: dict[str, list[dict[str, Any]]] = {leg: [] for leg in legs}
+                for _ in range(args.repeat):  # interleaved: drift in the machine hits every leg
+                    for leg in legs:
+                        row = run_leg(leg, k, args.files, moto, proxy, Path(tmp), checkouts)
+                        row["rtt_ms"] = rtt
+                        runs[leg].append(row)
+                        everything.append(row)
+                        print(f"  K={k} {leg}: {row['cmd_per_s']:.1f} cmd/s, p99 "
+                              f"{row['p99_ms']:.0f} ms, {row['requests_per_cmd']:.2f} req/cmd, "
+                              f"CPU {row['daemon_cpu_ms_per_cmd'] or 0:.1f} ms/cmd, "
+                              f"errors {row['errors']}", file=sys.stderr, flush=True)
+                rows += [median_row(r) for r in runs.values()]
             print("\n" + table(rtt, rows).text(), flush=True)
     args.out.mkdir(exist_ok=True)
     path = args.out / f"agents-{time.strftime('%Y%m%d-%H%M%S')}.json"
