@@ -149,7 +149,7 @@ def parse_timestamp(value: str) -> datetime:
             parsed = email.utils.parsedate_to_datetime(value)
         if parsed.tzinfo is not None:
             return parsed
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError):
         pass
     return botocore.utils.parse_timestamp(value)
 

@@ -44,7 +44,7 @@ class Listings(CoreState):
             if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
                 return dnode.listing
             path = dnode.path
-            below = self._small_tree(dnode)
+            below = None if dnode.big_tree else self._small_tree(dnode)
             if below is not None:
                 await self.moves.settled(trees=[path])
                 started = time.time()
@@ -56,6 +56,9 @@ class Listings(CoreState):
                             rel = node.path[len(path):].lstrip("/")
                             self._install(node, tree.get(rel, Listing()), started, arrived)
                     return self._install(dnode, tree[""], started, arrived)
+                # Grown past a page behind our cached listings (written elsewhere): without
+                # this, every re-list of it would pay for a page it cannot use.
+                dnode.big_tree = True
             await self.moves.settled(dirs=[path])  # S3 has every move into or out of it
             started = time.time()
             listing = await self._s3(self.store.list_dir, path)

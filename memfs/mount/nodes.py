@@ -127,6 +127,8 @@ class Node:
     # Set once the name is gone (unlink, rename over it): the node no longer stands for ``path``.
     detached: bool = False
     listing: DirCache | None = None
+    # Its tree outgrew one LIST page once: it is re-listed delimited from then on (Listings).
+    big_tree: bool = False
     # This mount's own changes to a directory's entries, by name: (when, what) where what is
     # Kind.DIR, an ObjectInfo, or None for a removal. A LIST that started before a change
     # finished may not show it, so a new listing replays the changes made since it started.

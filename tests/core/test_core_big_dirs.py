@@ -84,3 +84,36 @@ def test_a_small_expired_directory_is_listed_again() -> None:
         assert store.calls["LIST"] == 1 and store.calls["HEAD"] == 0
 
     trio.run(main)
+
+
+def test_a_tree_grown_past_a_page_elsewhere_is_tried_once() -> None:
+    """Re-listing a directory whose subdirectories are all in use and small is one LIST without
+    a delimiter; when someone else has filled one of them past a page meanwhile, that LIST is
+    wasted once, and the directory is listed delimited from then on."""
+    store = MemoryStore()
+    store.put("d/s/f", b"x", {})
+    store.put("d/g", b"y", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+
+    async def main() -> None:
+        d = await core.lookup(ROOT_INODE, "d")
+        assert d is not None
+        s = await core.lookup(d.inode, "s")
+        assert s is not None and await core.lookup(s.inode, "f") is not None
+        time.sleep(TTL + 0.1)
+        store.calls.clear()
+        await core._listing(d)  # the whole tree, small: one LIST fills d's and s's listings
+        assert dict(store.calls) == {"LIST": 1} and store.trees == 1
+        assert s.listing is not None and core._fresh(s.listing.fetched_at)
+        for i in range(1100):  # written elsewhere
+            store.put(f"d/s/n{i:04d}", b"", {})
+        time.sleep(TTL + 0.1)
+        store.calls.clear()
+        await core._listing(d)  # the tree outgrew its page: that LIST, then d's own
+        assert dict(store.calls) == {"LIST": 2} and store.trees == 2
+        time.sleep(TTL + 0.1)
+        store.calls.clear()
+        listing = await core._listing(d)  # d's own only
+        assert dict(store.calls) == {"LIST": 1} and store.trees == 2
+        assert set(listing.names()) == {"g", "s"}
+    trio.run(main)
