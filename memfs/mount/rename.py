@@ -115,11 +115,7 @@ class Renames(DataPath):
                           dst_path: str) -> None:
         """A file renamed into another directory: the namespace shows it now, S3 follows in
         the background (``moves`` says why and what keeps it safe)."""
-        of = self.handles.shared.get(src.inode)
-        if of is not None:
-            async with of.lock:
-                if of.is_new or of.dirty:
-                    await self._upload(of)  # move what the writer has, not an older version
+        await self._upload_before_move(src)
         assert self.nursery is not None
         move = self.moves.begin(src.path, dst_path)
         self._moved(src, src_parent, dst_parent, dst_path)
@@ -177,13 +173,17 @@ class Renames(DataPath):
                     parent.listing.fetched_at = float("-inf")
                 self.kernel.forget_entry(parent.inode, name)
 
-    async def _rename_file(self, src: Node, dst_path: str, *, replacing: bool) -> None:
-        """COPY to the new key, then DELETE the old one (S3 has no rename)."""
+    async def _upload_before_move(self, src: Node) -> None:
+        """Upload what a writer of ``src`` holds, so the move takes it, not an older version."""
         of = self.handles.shared.get(src.inode)
         if of is not None:
             async with of.lock:
                 if of.is_new or of.dirty:
-                    await self._upload(of)  # move what the writer has, not an older version
+                    await self._upload(of)
+
+    async def _rename_file(self, src: Node, dst_path: str, *, replacing: bool) -> None:
+        """COPY to the new key, then DELETE the old one (S3 has no rename)."""
+        await self._upload_before_move(src)
         new_etag, copied = await self._copy_for_rename(src, src.path, dst_path, src.etag)
         try:
             await self._s3(self.store.delete, src.path)
