@@ -6,6 +6,12 @@ uploads pending, conflicts, content-cache hits, S3 requests by operation and out
 ``status`` reads them for the mount given, or for every memfs mount in /proc/self/mountinfo, and
 prints a table, JSON (``--json``) or the Prometheus text format (``--prometheus``, e.g. for
 node_exporter's textfile collector). Nothing here talks to S3.
+
+A daemon that is stopped, traced or wedged never answers its getxattr, and the kernel waits for
+it as long as it lives: every mount is asked from its own thread, all at once, and one that has
+not answered within ``--timeout`` is reported as not responding instead of hanging the command
+(and a Prometheus scrape) for good. The waiting thread is a daemon thread: at exit the kernel
+aborts its request (a FUSE wait is killable), so the command still ends.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +41,23 @@ def register(sub: Any) -> None:
     fmt.add_argument("--json", action="store_true", help="one JSON object per mount, in a list")
     fmt.add_argument("--prometheus", action="store_true",
                      help="Prometheus text format (for node_exporter's textfile collector)")
+    s.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help="how long to wait for a mount's daemon to answer "
+                   f"(default {DEFAULT_TIMEOUT_S:g})")
+
+
+#: A live daemon answers from memory, in milliseconds; this long means it is stopped or wedged.
+DEFAULT_TIMEOUT_S = 5.0
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
 
 
 def read_status(mountpoint: str) -> dict[str, Any]:
@@ -40,6 +65,35 @@ def read_status(mountpoint: str) -> dict[str, Any]:
     source = json.loads(os.getxattr(mountpoint, XATTR_SOURCE))
     stats = json.loads(os.getxattr(mountpoint, XATTR_STATS))
     return {"mountpoint": mountpoint, "source": source, **stats}
+
+
+class NoAnswer(Exception):
+    """The mount's daemon did not answer within the timeout."""
+
+
+def ask_all(places: list[str], timeout: float) -> dict[str, dict[str, Any] | Exception]:
+    """Each mount's status, or why there is none (OSError, NoAnswer), asked concurrently."""
+    answers: dict[str, dict[str, Any] | Exception] = {}
+
+    def ask(place: str) -> None:
+        try:
+            answers[place] = read_status(place)
+        except (OSError, ValueError) as exc:
+            answers[place] = exc
+
+    threads = [threading.Thread(target=ask, args=(p,), daemon=True, name=f"status {p}")
+               for p in places]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return {p: answers.get(p, NoAnswer(f"no answer within {timeout:g}s (daemon stopped or "
+                                       "wedged?)")) for p in places}
+
+
+def _why(exc: Exception) -> str:
+    return (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
 
 
 def source_url(source: dict[str, Any]) -> str:
@@ -100,13 +154,17 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     else:
         places = [str(e.mountpoint) for e in mount_entries() if e.fstype == FSTYPE]
     statuses = []
-    for place in places:
-        try:
-            statuses.append(read_status(place))
-        except OSError as exc:
-            if args.mountpoint:
-                return ctx.fail(f"{place} is not a live memfs mount ({exc.strerror})")
-            ctx.error(f"{place}: no answer ({exc.strerror}); skipped")
+    for place, answer in ask_all(places, args.timeout).items():
+        if isinstance(answer, dict):
+            statuses.append(answer)
+        elif args.mountpoint:
+            if isinstance(answer, NoAnswer):
+                return ctx.fail(f"{place}: {answer}")
+            return ctx.fail(f"{place} is not a live memfs mount ({_why(answer)})")
+        elif isinstance(answer, NoAnswer):
+            ctx.error(f"{place}: {answer}; skipped")
+        else:
+            ctx.error(f"{place}: no answer ({_why(answer)}); skipped")
     if args.json:
         ctx.say(json.dumps(statuses, indent=1))
     elif args.prometheus:

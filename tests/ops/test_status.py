@@ -4,6 +4,8 @@ Prometheus text."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -74,3 +76,35 @@ def test_status_of_something_that_is_not_a_mount(tmp_path: Path) -> None:
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.startswith(f"memfs: {tmp_path} is not a live memfs mount (")
     assert len(out.stderr.splitlines()) == 1
+
+
+def test_a_stopped_daemon_is_reported_not_waited_for(mount_factory) -> None:
+    """A daemon that cannot answer (stopped here; traced or wedged alike) must not hang
+    ``status``: the other mounts are still reported, and the stuck one is named."""
+    live = mount_factory("live/")
+    stuck = mount_factory("stuck/")
+    pid = json.loads(status("--json", str(stuck)).stdout)[0]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        out = status("--json", "--timeout", "1")
+        assert out.returncode == 0, out.stderr
+        shown = [st["mountpoint"] for st in json.loads(out.stdout)]
+        assert str(live) in shown and str(stuck) not in shown
+        assert f"memfs: {stuck}: no answer within 1s (daemon stopped or wedged?); skipped" \
+            in out.stderr.splitlines()
+
+        named = status(str(stuck), "--timeout", "0.5")
+        assert named.returncode == 1 and named.stdout == ""
+        assert named.stderr == f"memfs: {stuck}: no answer within 0.5s (daemon stopped or " \
+            "wedged?)\n"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # Woken, it answers again (the abandoned requests did it no harm).
+    assert json.loads(status("--json", str(stuck)).stdout)[0]["pid"] == pid
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "soon", "inf", "nan"])
+def test_status_timeout_must_be_a_positive_number(bad: str) -> None:
+    out = status("--timeout", bad)
+    assert out.returncode == 2 and out.stdout == ""
+    assert "--timeout" in out.stderr
