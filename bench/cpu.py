@@ -9,7 +9,7 @@ benchmark), one agent at a time, and three tables in one run:
   wake-up (kernel → daemon, trio → worker thread, worker → trio) costs more, which is why the
   agents benchmark at 20 ms per request measures more CPU per command than back to back;
 * **the parts** — client CPU (``time.thread_time``) of one S3 request made the way the daemon
-  makes it (``memfs.store.make_client``), of the same PUT signed with botocore's signer and sent
+  makes it (``memfs.s3client.make_client``), of the same PUT signed with botocore's signer and sent
   on a urllib3 pool without the client (what a lean request path would cost), of the HTTP alone,
   and of one ``trio.to_thread.run_sync`` hop; daemon CPU of one FUSE request answered from
   memory (``listxattr``) and of an open + close of a cached file.
@@ -43,7 +43,7 @@ from bench import workloads as w
 from bench.agents import cpu_seconds
 from bench.report import Table
 from memfs.handler import MemoryHandler
-from memfs.store import make_client
+from memfs.s3client import make_client
 from tests.support.mounts import Mounts
 from tests.support.s3proxy import S3Proxy
 from tests.support.s3server import KEY_ID, REGION, SECRET

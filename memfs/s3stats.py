@@ -56,16 +56,21 @@ class RequestStats:
 
     def _count(self, model: Any, outcome: str, retries: int, context: Any,
                detail: object) -> None:
-        op = getattr(model, "name", "?")
-        if outcome == "4xx" and WRITE_PROBE in (context or {}).get("memfs_key", ""):
+        context = context or {}
+        self.record(getattr(model, "name", "?"), outcome, retries, context.get("memfs_key", ""),
+                    context.get("memfs_started"), detail)
+
+    def record(self, op: str, outcome: str, retries: int, key: str, started: float | None,
+               detail: object) -> None:
+        """Count one call (and log its line at debug level); also for requests sent beside
+        boto3 (``memfs.directput``)."""
+        if outcome == "4xx" and WRITE_PROBE in key:
             outcome = "ok"  # the mount-time write probe must be refused: that is its success
         with self._lock:
             self.requests[op, outcome] += 1
             self.retries += retries
         if log.isEnabledFor(logging.DEBUG):
-            started = (context or {}).get("memfs_started")
             ms = (time.monotonic() - started) * 1000 if started else 0.0
-            key = (context or {}).get("memfs_key", "")
             log.debug("%s %s -> %s (%s, %d retries, %.0f ms)", op, key, outcome, detail, retries,
                       ms)
 

@@ -16,22 +16,19 @@ timeouts), so an endpoint that is down becomes EIO after a bounded time instead 
 
 from __future__ import annotations
 
-import email.utils
 import errno
 import logging
 import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-import boto3
 import botocore.exceptions
 import botocore.session
 import botocore.utils
-from botocore.config import Config
 
+from memfs.directput import DirectPut, sendable
 from memfs.objectmeta import ObjectInfo, info_from_metadata
 from memfs.protocol import WRITE_PROBE
 from memfs.s3stats import RequestStats
@@ -64,6 +61,10 @@ _ERRNO_BY_CODE = {
     "EntityTooLarge": errno.EFBIG,
     "InvalidObjectName": errno.EINVAL,
 }
+
+
+#: A write condition's header -> boto3's parameter for it.
+_PARAM = {"If-Match": "IfMatch", "If-None-Match": "IfNoneMatch"}
 
 
 class StoreError(OSError):
@@ -133,65 +134,6 @@ def translate_conditional(exc: Exception, op: str, key: str) -> StoreError:
     return err
 
 
-def parse_timestamp(value: str) -> datetime:
-    """A timestamp in an S3 response, as the aware datetime botocore's own parser gives.
-
-    botocore parses every timestamp with dateutil, about 0.13 ms each here: more than half the
-    daemon's CPU for a LIST of 50 keys (one LastModified per key), and part of every GET and
-    HEAD (the Last-Modified header). S3 sends two formats: ISO 8601 in XML bodies
-    ("2026-12-04T09:46:30.000Z") and HTTP dates in headers ("Fri, 04 Dec 2026 09:46:30 GMT");
-    the standard library reads both. Anything else, or a time without a zone, goes to botocore.
-    """
-    try:
-        if value[:1].isdigit():
-            parsed = datetime.fromisoformat(value)
-        else:
-            parsed = email.utils.parsedate_to_datetime(value)
-        if parsed.tzinfo is not None:
-            return parsed
-    except (TypeError, ValueError):
-        pass
-    return botocore.utils.parse_timestamp(value)
-
-
-class ClientSetupError(Exception):
-    """boto3 cannot make a client from the settings (an endpoint in ``AWS_ENDPOINT_URL_S3`` that
-    is not a URL, an ``AWS_PROFILE`` that does not exist); ``str()`` is one line."""
-
-
-def make_client(
-    endpoint_url: str | None,
-    region: str | None,
-    *,
-    max_attempts: int = 3,
-    connect_timeout: float = 5.0,
-    read_timeout: float = 30.0,
-    max_connections: int = 16,
-):
-    """A boto3 S3 client with bounded retries and a connection pool the daemon's limiter matches."""
-    config = Config(
-        # total_max_attempts counts the first attempt; botocore's max_attempts would not.
-        retries={"mode": "standard", "total_max_attempts": max_attempts},
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
-        max_pool_connections=max_connections,
-        # Path-style works with every S3 clone (moto, MinIO, Ceph) and with dotted bucket names.
-        s3={"addressing_style": "path"},
-        # Only checksum when the service requires it: third-party S3 servers (and older moto)
-        # reject or mishandle the newer default CRC trailers on PutObject.
-        request_checksum_calculation="when_required",
-        response_checksum_validation="when_required",
-    )
-    try:
-        core = botocore.session.get_session()
-        core.get_component("response_parser_factory").set_parser_defaults(
-            timestamp_parser=parse_timestamp)
-        session = boto3.session.Session(botocore_session=core)
-        return session.client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
-    except (ValueError, botocore.exceptions.BotoCoreError) as exc:
-        raise ClientSetupError(f"cannot set up the S3 client: {one_line(exc)}") from None
-
-
 class Store:
     """Objects under ``bucket``/``prefix``, addressed by paths relative to the mount root.
 
@@ -208,10 +150,18 @@ class Store:
         # gigabytes: S3 assembles it before answering); the normal client's read timeout
         # would give up on them. Set with `use_for_slow_requests`.
         self.slow_client: Any = client
+        self.direct: DirectPut | None = None
 
     def use_for_slow_requests(self, client: Any) -> None:
         self.slow_client = client
         self.stats.attach(client)
+
+    def send_puts_directly(self, direct: DirectPut | None) -> None:
+        """Send whole-object PUTs as signed requests beside the client (``memfs.directput``:
+        a third of the CPU); None keeps them on boto3."""
+        self.direct = direct
+        if direct is not None:
+            direct.stats = self.stats
 
     def key(self, path: str) -> str:
         return self.prefix + path
@@ -421,18 +371,24 @@ class Store:
         makes it succeed only if no object exists yet.
         """
         key = self.dir_key(path) if directory else self.key(path)
-        kwargs: dict = {}
+        condition: dict[str, str] = {}
         if if_match:
-            kwargs["IfMatch"] = if_match
+            condition["If-Match"] = if_match
         elif if_none_match:
-            kwargs["IfNoneMatch"] = "*"
+            condition["If-None-Match"] = "*"
         try:
-            resp = self.client.put_object(
-                Bucket=self.bucket, Key=key, Body=data, Metadata=metadata,
-                ContentType=content_type, **kwargs)
+            if self.direct is not None and sendable(key):
+                etag = self.direct.put(self.bucket, key, data, {
+                    "Content-Type": content_type, **condition,
+                    **{f"x-amz-meta-{k}": v for k, v in metadata.items()}})
+            else:
+                etag = self.client.put_object(
+                    Bucket=self.bucket, Key=key, Body=data, Metadata=metadata,
+                    ContentType=content_type, **{_PARAM[h]: v for h, v in condition.items()}
+                )["ETag"]
         except Exception as exc:
             raise (translate_conditional if if_match else translate)(exc, "PUT", key) from exc
-        return info_from_metadata(len(data), resp["ETag"], time.time(), metadata, key)
+        return info_from_metadata(len(data), etag, time.time(), metadata, key)
 
     def copy(
         self,

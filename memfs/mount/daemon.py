@@ -25,13 +25,15 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+from memfs.directput import make_direct_put
 from memfs.mount import sdnotify, transfer
 from memfs.mount.config import MountConfig, default_cache_dir
 from memfs.mount.diskcache import CacheInUse
 from memfs.mount.fs import MemFS
 from memfs.mount.quota import Usage
 from memfs.mountinfo import is_mountpoint
-from memfs.store import ClientSetupError, Store, StoreError, make_client
+from memfs.s3client import ClientSetupError, make_client
+from memfs.store import Store, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +172,9 @@ def run(config: MountConfig) -> int:
         except ClientSetupError as exc:
             raise MountError(str(exc)) from None
         store = Store(client, config.bucket, config.prefix)
+        store.send_puts_directly(make_direct_put(
+            client, max_attempts=config.max_attempts, connect_timeout=config.connect_timeout,
+            read_timeout=config.read_timeout, max_connections=config.max_connections))
         store.use_for_slow_requests(make_client(
             config.endpoint_url, config.region, max_attempts=config.max_attempts,
             connect_timeout=config.connect_timeout,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import botocore.exceptions
 
-from memfs.store import ClientSetupError, one_line
+from memfs.s3client import ClientSetupError
+from memfs.store import one_line
 
 
 class OpError(Exception):

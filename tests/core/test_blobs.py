@@ -33,7 +33,8 @@ from memfs.mount.transfer import (
     upload_multipart,
 )
 from memfs.objectmeta import ObjectInfo
-from memfs.store import Store, StoreError, make_client
+from memfs.s3client import make_client
+from memfs.store import Store, StoreError
 from tests.conftest import BUCKET, REGION
 
 PREFIX = "pre/"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from memfs.store import PROBE_PAGE, ObjectInfo, Store, make_client
+from memfs.s3client import make_client
+from memfs.store import PROBE_PAGE, ObjectInfo, Store
 from tests.conftest import BUCKET
 
 

@@ -10,7 +10,8 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memfs.store import Store, make_client
+from memfs.s3client import make_client
+from memfs.store import Store
 from tests.conftest import BUCKET
 
 SEGMENTS = st.sampled_from(["a", "b", "x.md", "", ".", "..", "d_$folder$", "a-1", "é"])

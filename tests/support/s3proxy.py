@@ -313,6 +313,7 @@ class Request:
     bytes_out: int = 0
     started: float = field(default_factory=time.monotonic)
     answered: float | None = None  # when S3's answer came back (relayed requests)
+    user_agent: str = ""  # which client sent it (boto3's, or memfs.directput's)
 
 
 # --- HTTP plumbing ----------------------------------------------------------------------------
@@ -658,7 +659,8 @@ class S3Proxy:
         path = unquote(urlsplit(target).path)
         with self._lock:
             self._seq += 1
-            rec = Request(seq=self._seq, conn=conn_id, op=op, method=method, target=target)
+            rec = Request(seq=self._seq, conn=conn_id, op=op, method=method, target=target,
+                          user_agent=headers.get("user-agent", ""))
             self._counts[op] += 1
             self._records.append(rec)
             plan = self._plan

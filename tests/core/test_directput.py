@@ -1,0 +1,199 @@
+"""Whole-object PUTs sent beside boto3 (``memfs.directput``) against S3 (moto over HTTP, through
+the counting and fault-injecting proxy): whatever boto3's ``put_object`` would leave in the
+bucket, raise, retry and count, the direct request must too — for hostile keys and metadata,
+lost races, S3 errors and no answer at all."""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import botocore.exceptions
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memfs.directput import USER_AGENT, DirectPut, make_direct_put, sendable
+from memfs.s3client import make_client
+from memfs.store import Store, StoreError
+from tests.conftest import BUCKET
+from tests.support.s3proxy import (
+    INTERNAL_ERROR,
+    RESET,
+    SLOW_DOWN,
+    STALL,
+    FaultRule,
+    Faults,
+    S3Proxy,
+)
+
+_run = itertools.count()
+# Key segments: what names in a mount and what neighbours write (no empty, "." or ".." ones:
+# those go through boto3, see test_keys_a_url_would_rewrite_go_through_boto3).
+SEGMENT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1,
+                  max_size=12).filter(lambda s: s not in (".", "..") and "/" not in s)
+KEY = st.lists(SEGMENT, min_size=1, max_size=3).map("/".join)
+META_VALUE = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40)
+META = st.dictionaries(st.sampled_from(["memfs-mtime", "memfs-mode", "memfs-writer", "x-y"]),
+                       META_VALUE, max_size=4)
+
+
+@pytest.fixture
+def proxy(s3, s3_reset: str) -> Iterator[S3Proxy]:
+    with S3Proxy(s3_reset) as p:
+        yield p
+
+
+def direct_store(url: str, **kw: Any) -> Store:
+    client = make_client(url, "us-east-1", max_attempts=kw.get("max_attempts", 3),
+                         read_timeout=kw.get("read_timeout", 30.0))
+    store = Store(client, BUCKET)
+    store.send_puts_directly(make_direct_put(
+        client, max_attempts=kw.get("max_attempts", 3), connect_timeout=5.0,
+        read_timeout=kw.get("read_timeout", 30.0), max_connections=4))
+    assert store.direct is not None
+    return store
+
+
+def boto_store(url: str) -> Store:
+    return Store(make_client(url, "us-east-1"), BUCKET)
+
+
+def stored(s3: Any, key: str) -> tuple[bytes, dict[str, str], str, str]:
+    obj = s3.get_object(Bucket=BUCKET, Key=key)
+    return obj["Body"].read(), obj["Metadata"], obj["ContentType"], obj["ETag"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(key=KEY, meta=META, body=st.binary(max_size=300),
+       content_type=st.sampled_from(["application/octet-stream", "text/markdown; charset=utf-8",
+                                     "inode/symlink"]))
+def test_a_direct_put_stores_what_boto3_stores(s3, proxy, key, meta, body,
+                                               content_type) -> None:
+    run = next(_run)
+    direct, boto = direct_store(proxy.url), boto_store(proxy.url)
+    a = direct.put(f"d{run}/{key}", body, meta, content_type=content_type)
+    b = boto.put(f"b{run}/{key}", body, meta, content_type=content_type)
+    assert a.etag == b.etag
+    assert stored(s3, f"d{run}/{key}") == stored(s3, f"b{run}/{key}")
+    assert direct.stats.snapshot()["requests"] == {"PutObject": {"ok": 1}}
+    # moto checks no signatures: the request line must be byte for byte boto3's, the path
+    # the signature covers (a URL library re-encoding it would break it on S3).
+    targets = {r.target.split("/", 3)[2][0]: r.target.split("/", 3)[3]
+               for r in [r for r in proxy.records() if r.op == "PUT"][-2:]}
+    assert targets["d"] == targets["b"]
+
+
+def outcome(store: Store, path: str, **kw: Any) -> tuple[str, int | None, str | None]:
+    try:
+        store.put(path, b"new", {}, **kw)
+    except StoreError as exc:
+        return "refused", exc.errno, exc.code
+    return "written", None, None
+
+
+def test_write_conditions_hold_and_fail_as_with_boto3(s3, s3_reset) -> None:
+    direct, boto = direct_store(s3_reset), boto_store(s3_reset)
+    for store, name in ((direct, "d"), (boto, "b")):
+        store.put(f"{name}/old", b"old", {})
+    old_etag = s3.head_object(Bucket=BUCKET, Key="d/old")["ETag"]
+    cases = [
+        ("old", {"if_none_match": True}),  # exists: 412
+        ("new", {"if_none_match": True}),  # absent: written
+        ("old", {"if_match": '"0123456789abcdef0123456789abcdef"'}),  # another version: 412
+        ("gone", {"if_match": old_etag}),  # deleted meanwhile: 404, a lost race too
+        ("old", {"if_match": old_etag}),  # the version we hold: written
+    ]
+    seen = []
+    for name, kw in cases:
+        got = outcome(direct, f"d/{name}", **kw), outcome(boto, f"b/{name}", **kw)
+        assert got[0] == got[1], (name, kw)
+        seen.append(got[0][:2])
+    assert seen == [("refused", errno.ESTALE), ("written", None), ("refused", errno.ESTALE),
+                    ("refused", errno.ESTALE), ("written", None)]
+    assert stored(s3, "d/old")[0] == b"new" and stored(s3, "d/new")[0] == b"new"
+    assert direct.stats.snapshot()["requests"]["PutObject"] == {"ok": 3, "4xx": 3}
+
+
+@pytest.mark.parametrize("kind", [INTERNAL_ERROR, SLOW_DOWN, RESET])
+def test_a_fault_is_retried_and_counted(s3, proxy: S3Proxy, kind: str) -> None:
+    store = direct_store(proxy.url)
+    proxy.set_faults(Faults(rules=(FaultRule(kind, op="PUT", times=2),)))
+    store.put("f.md", b"after two faults", {"memfs-mtime": "1"})
+    assert stored(s3, "f.md")[0] == b"after two faults"
+    puts = [r for r in proxy.records() if r.op == "PUT"]
+    assert len(puts) == 3 and all(r.user_agent == USER_AGENT for r in puts)
+    snap = store.stats.snapshot()
+    assert snap["requests"] == {"PutObject": {"ok": 1}} and snap["retries"] == 2
+
+
+def test_attempts_are_bounded_and_the_last_error_is_s3s(s3, proxy: S3Proxy) -> None:
+    store = direct_store(proxy.url, max_attempts=2)
+    proxy.set_faults(Faults(rules=(FaultRule(INTERNAL_ERROR, op="PUT", times=5),)))
+    with pytest.raises(StoreError) as caught:
+        store.put("f.md", b"x", {})
+    assert caught.value.errno == errno.EIO and caught.value.code == "InternalError"
+    assert len([r for r in proxy.records() if r.op == "PUT"]) == 2
+    assert store.stats.snapshot() == {"requests": {"PutObject": {"5xx": 1}}, "total": 1,
+                                      "retries": 1}
+    with pytest.raises(botocore.exceptions.ClientError):
+        s3.head_object(Bucket=BUCKET, Key="f.md")  # nothing was written
+
+
+def test_no_answer_is_a_botocore_error_after_the_last_attempt(s3, proxy: S3Proxy) -> None:
+    store = direct_store(proxy.url, max_attempts=2, read_timeout=0.3)
+    proxy.set_faults(Faults(stall_s=2.0, rules=(FaultRule(STALL, op="PUT", times=2),)))
+    with pytest.raises(StoreError) as caught:
+        store.put("slow.md", b"x", {})
+    assert caught.value.errno == errno.EIO and caught.value.code == "ReadTimeoutError"
+    assert store.stats.snapshot()["requests"] == {"PutObject": {"error": 1}}
+
+
+def test_keys_a_url_would_rewrite_go_through_boto3(s3, proxy: S3Proxy) -> None:
+    store = direct_store(proxy.url)
+    for key in ("a//b", "a/./b", "a/../b", "dir/"):
+        assert not sendable(key)
+    assert sendable("a/b c/é+%#?~.md") and sendable(".hidden/..x")
+    store.put("a/./b", b"dot", {})
+    store.put("plain.md", b"plain", {})
+    agents = {r.target.split("?")[0].rsplit("/", 1)[-1]: r.user_agent
+              for r in proxy.records() if r.op == "PUT"}
+    assert agents["plain.md"] == USER_AGENT
+    assert agents["b"].startswith("Boto3/")
+    assert stored(s3, "a/./b")[0] == b"dot"
+
+
+def test_a_proxy_of_the_environment_keeps_puts_on_boto3(s3_reset, monkeypatch) -> None:
+    client = make_client(s3_reset, "us-east-1")
+    kw = dict(max_attempts=3, connect_timeout=5.0, read_timeout=30.0, max_connections=4)
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert make_direct_put(client, **kw) is None
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    assert isinstance(make_direct_put(client, **kw), DirectPut)
+
+
+def test_without_credentials_puts_stay_on_boto3(s3_reset, monkeypatch, tmp_path) -> None:
+    client = make_client(s3_reset, "us-east-1")
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    assert make_direct_put(client, max_attempts=1, connect_timeout=1.0, read_timeout=1.0,
+                           max_connections=1) is None
+
+
+def test_the_mount_sends_its_puts_directly(proxy: S3Proxy, mount_factory) -> None:
+    mount_factory.endpoint = proxy.url
+    mnt = mount_factory("direct/")
+    (mnt / "note.md").write_text("remembered\n")
+    puts = [r for r in proxy.records() if r.op == "PUT" and r.target.endswith("/note.md")]
+    assert puts and all(r.user_agent == USER_AGENT for r in puts)
+    assert os.environ.get("HTTP_PROXY") is None  # the condition this test runs under
