@@ -10,7 +10,7 @@ benchmark), one agent at a time, and three tables in one run:
   agents benchmark at 20 ms per request measures more CPU per command than back to back;
 * **the parts** — client CPU (``time.thread_time``) of one S3 request made the way the daemon
   makes it (``memfs.s3client.make_client``), of the same PUT as the mount now sends it (signed by
-  botocore's signer on a urllib3 pool, ``memfs.directput``), of the HTTP alone,
+  botocore's signer on a urllib3 pool, ``memfs.direct``), of the HTTP alone,
   and of one ``trio.to_thread.run_sync`` hop; daemon CPU of one FUSE request answered from
   memory (``listxattr``) and of an open + close of a cached file.
 
@@ -39,7 +39,7 @@ from bench import targets
 from bench import workloads as w
 from bench.agents import cpu_seconds
 from bench.report import Table
-from memfs.directput import make_direct_put
+from memfs.direct import make_direct_requests
 from memfs.handler import MemoryHandler
 from memfs.s3client import make_client
 from tests.support.mounts import Mounts
@@ -104,7 +104,7 @@ def thread_hop_us(n: int) -> float:
 def parts(url: str, mnt: Path, pid: int, n: int) -> list[tuple[str, float]]:
     client = make_client(url, REGION)
     rows = [
-        ("client: boto3 put_object, 2 KB (how Store.put sent it before directput)", client_cpu_us(
+        ("client: boto3 put_object, 2 KB (Store.put before memfs.direct)", client_cpu_us(
             lambda: client.put_object(Bucket=BUCKET, Key="k", Body=BODY,
                                       Metadata={"memfs-mtime": "1"}), n)),
         ("client: boto3 head_object", client_cpu_us(
@@ -112,7 +112,7 @@ def parts(url: str, mnt: Path, pid: int, n: int) -> list[tuple[str, float]]:
         ("client: boto3 delete_object", client_cpu_us(
             lambda: client.delete_object(Bucket=BUCKET, Key="gone"), n)),
     ]
-    direct = make_direct_put(client, max_attempts=3, connect_timeout=5.0, read_timeout=30.0,
+    direct = make_direct_requests(client, max_attempts=3, connect_timeout=5.0, read_timeout=30.0,
                              max_connections=4)
     assert direct is not None, "no direct PUTs here (an HTTP proxy in the environment?)"
     pool = urllib3.PoolManager()
@@ -124,7 +124,7 @@ def parts(url: str, mnt: Path, pid: int, n: int) -> list[tuple[str, float]]:
                              f"{REGION}/s3/aws4_request, SignedHeaders=host, "
                              "Signature=0"})
 
-    rows += [("client: the same PUT as the mount sends it (memfs.directput)", client_cpu_us(
+    rows += [("client: the same PUT as the mount sends it (memfs.direct)", client_cpu_us(
                   lambda: direct.put(BUCKET, "k", BODY, {"x-amz-meta-memfs-mtime": "1"}), n)),
              ("client: the same PUT unsigned on urllib3 (HTTP alone)", client_cpu_us(http_put, n)),
              ("trio.to_thread.run_sync of nothing (both threads)", thread_hop_us(n * 5))]

@@ -28,7 +28,7 @@ import botocore.exceptions
 import botocore.session
 import botocore.utils
 
-from memfs.directput import DirectPut, sendable
+from memfs.direct import DirectRequests, sendable
 from memfs.objectmeta import ObjectInfo, info_from_metadata
 from memfs.protocol import WRITE_PROBE
 from memfs.s3stats import RequestStats
@@ -150,15 +150,15 @@ class Store:
         # gigabytes: S3 assembles it before answering); the normal client's read timeout
         # would give up on them. Set with `use_for_slow_requests`.
         self.slow_client: Any = client
-        self.direct: DirectPut | None = None
+        self.direct: DirectRequests | None = None
 
     def use_for_slow_requests(self, client: Any) -> None:
         self.slow_client = client
         self.stats.attach(client)
 
-    def send_puts_directly(self, direct: DirectPut | None) -> None:
-        """Send whole-object PUTs as signed requests beside the client (``memfs.directput``:
-        a third of the CPU); None keeps them on boto3."""
+    def send_directly(self, direct: DirectRequests | None) -> None:
+        """Send whole-object PUTs, copies and deletes as signed requests beside the client
+        (``memfs.direct``: a third of the CPU); None keeps them on boto3."""
         self.direct = direct
         if direct is not None:
             direct.stats = self.stats
@@ -406,13 +406,21 @@ class Store:
         """
         src_key = self.dir_key(src) if directory else self.key(src)
         dst_key = self.dir_key(dst) if directory else self.key(dst)
-        kwargs: dict = {}
+        headers: dict[str, str] = {}
         if metadata is not None:
-            kwargs["Metadata"] = metadata
-            kwargs["MetadataDirective"] = "REPLACE"
+            headers["x-amz-metadata-directive"] = "REPLACE"
+            headers.update({f"x-amz-meta-{k}": v for k, v in metadata.items()})
         if src_etag:
-            kwargs["CopySourceIfMatch"] = src_etag
+            headers["x-amz-copy-source-if-match"] = src_etag
         try:
+            if self.direct is not None and sendable(src_key) and sendable(dst_key):
+                return self.direct.copy(self.bucket, src_key, dst_key, headers)
+            kwargs: dict = {}
+            if metadata is not None:
+                kwargs["Metadata"] = metadata
+                kwargs["MetadataDirective"] = "REPLACE"
+            if src_etag:
+                kwargs["CopySourceIfMatch"] = src_etag
             resp = self.client.copy_object(
                 Bucket=self.bucket, Key=dst_key,
                 CopySource={"Bucket": self.bucket, "Key": src_key}, **kwargs)
@@ -423,7 +431,10 @@ class Store:
     def delete(self, path: str, *, directory: bool = False) -> None:
         key = self.dir_key(path) if directory else self.key(path)
         try:
-            self.client.delete_object(Bucket=self.bucket, Key=key)
+            if self.direct is not None and sendable(key):
+                self.direct.delete(self.bucket, key)
+            else:
+                self.client.delete_object(Bucket=self.bucket, Key=key)
         except Exception as exc:
             raise translate(exc, "DELETE", key) from exc
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from memfs.directput import make_direct_put
+from memfs.direct import make_direct_requests
 from memfs.mount import sdnotify, transfer
 from memfs.mount.config import MountConfig, default_cache_dir
 from memfs.mount.diskcache import CacheInUse
@@ -172,7 +172,7 @@ def run(config: MountConfig) -> int:
         except ClientSetupError as exc:
             raise MountError(str(exc)) from None
         store = Store(client, config.bucket, config.prefix)
-        store.send_puts_directly(make_direct_put(
+        store.send_directly(make_direct_requests(
             client, max_attempts=config.max_attempts, connect_timeout=config.connect_timeout,
             read_timeout=config.read_timeout, max_connections=config.max_connections))
         store.use_for_slow_requests(make_client(

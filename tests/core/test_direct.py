@@ -1,7 +1,7 @@
-"""Whole-object PUTs sent beside boto3 (``memfs.directput``) against S3 (moto over HTTP, through
-the counting and fault-injecting proxy): whatever boto3's ``put_object`` would leave in the
-bucket, raise, retry and count, the direct request must too — for hostile keys and metadata,
-lost races, S3 errors and no answer at all."""
+"""Whole-object PUTs, copies and deletes sent beside boto3 (``memfs.direct``) against S3 (moto
+over HTTP, through the counting and fault-injecting proxy): whatever boto3's calls would leave
+in the bucket, raise, retry and count, the direct requests must too — for hostile keys and
+metadata, lost races, S3 errors and no answer at all."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memfs.directput import USER_AGENT, DirectPut, make_direct_put, sendable
+from memfs.direct import USER_AGENT, DirectRequests, make_direct_requests, sendable
 from memfs.s3client import make_client
 from memfs.store import Store, StoreError
 from tests.conftest import BUCKET
@@ -51,7 +51,7 @@ def direct_store(url: str, **kw: Any) -> Store:
     client = make_client(url, "us-east-1", max_attempts=kw.get("max_attempts", 3),
                          read_timeout=kw.get("read_timeout", 30.0))
     store = Store(client, BUCKET)
-    store.send_puts_directly(make_direct_put(
+    store.send_directly(make_direct_requests(
         client, max_attempts=kw.get("max_attempts", 3), connect_timeout=5.0,
         read_timeout=kw.get("read_timeout", 30.0), max_connections=4))
     assert store.direct is not None
@@ -173,9 +173,9 @@ def test_a_proxy_of_the_environment_keeps_puts_on_boto3(s3_reset, monkeypatch) -
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    assert make_direct_put(client, **kw) is None
+    assert make_direct_requests(client, **kw) is None
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    assert isinstance(make_direct_put(client, **kw), DirectPut)
+    assert isinstance(make_direct_requests(client, **kw), DirectRequests)
 
 
 def test_without_credentials_puts_stay_on_boto3(s3_reset, monkeypatch, tmp_path) -> None:
@@ -186,7 +186,7 @@ def test_without_credentials_puts_stay_on_boto3(s3_reset, monkeypatch, tmp_path)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    assert make_direct_put(client, max_attempts=1, connect_timeout=1.0, read_timeout=1.0,
+    assert make_direct_requests(client, max_attempts=1, connect_timeout=1.0, read_timeout=1.0,
                            max_connections=1) is None
 
 
@@ -197,3 +197,70 @@ def test_the_mount_sends_its_puts_directly(proxy: S3Proxy, mount_factory) -> Non
     puts = [r for r in proxy.records() if r.op == "PUT" and r.target.endswith("/note.md")]
     assert puts and all(r.user_agent == USER_AGENT for r in puts)
     assert os.environ.get("HTTP_PROXY") is None  # the condition this test runs under
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(src=KEY, dst=KEY, meta=st.none() | META)
+def test_a_direct_copy_and_delete_do_what_boto3_does(s3, proxy, src, dst, meta) -> None:
+    run = next(_run)
+    direct, boto = direct_store(proxy.url), boto_store(proxy.url)
+    for store, side in ((direct, "d"), (boto, "b")):
+        s3.put_object(Bucket=BUCKET, Key=f"{side}{run}/src/{src}", Body=src.encode(),
+                      Metadata={"memfs-mode": "33188"}, ContentType="text/markdown")
+        etag = store.copy(f"{side}{run}/src/{src}", f"{side}{run}/dst/{dst}", metadata=meta)
+        assert etag == s3.head_object(Bucket=BUCKET, Key=f"{side}{run}/dst/{dst}")["ETag"]
+    assert stored(s3, f"d{run}/dst/{dst}") == stored(s3, f"b{run}/dst/{dst}")
+    for store, side in ((direct, "d"), (boto, "b")):
+        store.delete(f"{side}{run}/src/{src}")
+        store.delete(f"{side}{run}/never/{src}")  # no such key: no error, as on S3
+    for side in "db":
+        with pytest.raises(botocore.exceptions.ClientError):
+            s3.head_object(Bucket=BUCKET, Key=f"{side}{run}/src/{src}")
+    assert direct.stats.snapshot()["requests"] == {"CopyObject": {"ok": 1},
+                                                   "DeleteObject": {"ok": 2}}
+    # The request lines are boto3's, byte for byte (the copy source, a header, is proven by the
+    # copies above: moto decodes it, and a wrongly quoted source would be a missing key).
+    lines = [r for r in proxy.records() if r.op in ("COPY", "DELETE")][-6:]
+    mine = [(r.op, r.target.split("/", 3)[3]) for r in lines if r.user_agent == USER_AGENT]
+    theirs = [(r.op, r.target.split("/", 3)[3]) for r in lines if r.user_agent != USER_AGENT]
+    assert mine == theirs and len(mine) == 3
+
+
+def test_a_copy_of_a_changed_or_missing_source_fails_as_with_boto3(s3, s3_reset) -> None:
+    direct, boto = direct_store(s3_reset), boto_store(s3_reset)
+    got = []
+    for store, side in ((direct, "d"), (boto, "b")):
+        s3.put_object(Bucket=BUCKET, Key=f"{side}/src", Body=b"v2")
+        outcomes = []
+        for src, kw in (("src", {"src_etag": '"0123456789abcdef0123456789abcdef"'}),
+                        ("missing", {}), ("src", {})):
+            try:
+                store.copy(f"{side}/{src}", f"{side}/dst", **kw)
+                outcomes.append(("copied", None))
+            except StoreError as exc:
+                outcomes.append(("refused", exc.errno))
+        got.append(outcomes)
+    assert got[0] == got[1] == [("refused", errno.ESTALE), ("refused", errno.ENOENT),
+                                ("copied", None)]
+
+
+def test_a_copy_answered_200_with_an_error_body_is_retried(s3, s3_reset) -> None:
+    """S3 sends a copy's 200 before the copy is done, and may then fail it in the body."""
+    store = direct_store(s3_reset)
+    s3.put_object(Bucket=BUCKET, Key="src", Body=b"x")
+    assert store.direct is not None
+    real = store.direct.pool.urlopen
+    calls = []
+
+    def flaky(method, url, **kw):
+        resp = real(method, url, **kw)
+        calls.append(method)
+        if len(calls) == 1:
+            resp._body = (b"<?xml version='1.0'?><Error><Code>InternalError</Code><Message>"
+                          b"We encountered an internal error.</Message></Error>")
+        return resp
+
+    store.direct.pool.urlopen = flaky  # type: ignore[method-assign]
+    store.copy("src", "dst")
+    assert len(calls) == 2 and store.stats.snapshot()["retries"] == 1
