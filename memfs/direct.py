@@ -38,7 +38,7 @@ import random
 import time
 import urllib.request
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -80,17 +80,14 @@ class DirectRequests:
 
     def __init__(self, endpoint_url: str, region: str, credentials: Any, *,
                  max_attempts: int, connect_timeout: float, read_timeout: float,
-                 max_connections: int, ca_bundle: str | None,
-                 stats: RequestStats | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 max_connections: int, ca_bundle: str | None) -> None:
         split = urlsplit(endpoint_url)
         self.origin = f"{split.scheme}://{split.netloc}"
         self.base_path = split.path.rstrip("/")
         self.region = region
         self.credentials = credentials
         self.max_attempts = max(1, max_attempts)
-        self.stats = stats
-        self.sleep = sleep
+        self.stats: RequestStats | None = None  # the store's, once it uses these
         self.endpoint_url = endpoint_url
         pool_kw: dict[str, Any] = {
             "maxsize": max_connections,
@@ -180,7 +177,7 @@ class DirectRequests:
 
     def _back_off(self, attempt: int, throttled: bool) -> None:
         scale = 1.0 if throttled else 0.05
-        self.sleep(random.random() * min(scale * 2 ** (attempt - 1), _MAX_BACKOFF_S))
+        time.sleep(random.random() * min(scale * 2 ** (attempt - 1), _MAX_BACKOFF_S))
 
     def _record(self, op: str, outcome: str, retries: int, key: str, started: float,
                 detail: object) -> None:

@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import botocore.exceptions
-import botocore.session
-import botocore.utils
 
 from memfs.direct import DirectRequests, sendable
 from memfs.objectmeta import ObjectInfo, info_from_metadata
@@ -406,14 +404,14 @@ class Store:
         """
         src_key = self.dir_key(src) if directory else self.key(src)
         dst_key = self.dir_key(dst) if directory else self.key(dst)
-        headers: dict[str, str] = {}
-        if metadata is not None:
-            headers["x-amz-metadata-directive"] = "REPLACE"
-            headers.update({f"x-amz-meta-{k}": v for k, v in metadata.items()})
-        if src_etag:
-            headers["x-amz-copy-source-if-match"] = src_etag
         try:
             if self.direct is not None and sendable(src_key) and sendable(dst_key):
+                headers: dict[str, str] = {}
+                if metadata is not None:
+                    headers["x-amz-metadata-directive"] = "REPLACE"
+                    headers.update({f"x-amz-meta-{k}": v for k, v in metadata.items()})
+                if src_etag:
+                    headers["x-amz-copy-source-if-match"] = src_etag
                 return self.direct.copy(self.bucket, src_key, dst_key, headers)
             kwargs: dict = {}
             if metadata is not None:
