@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 #: Keys per page of a single-name probe. One page almost always decides (see `Store.probe`); a
 #: small page keeps each probe's response (and its XML parsing) small.
 PROBE_PAGE = 100
+#: The most keys S3 returns per LIST page.
+LIST_PAGE = 1000
 
 # S3 error codes → errno. Anything not listed is EIO. PreconditionFailed means "someone else
 # changed the object since we read it": ESTALE, as gcsfuse reports a lost race.
@@ -253,24 +255,32 @@ class Store:
         return listing
 
     def list_tree(self, path: str, max_keys: int = 1000) -> dict[str, Listing] | None:
-        """Every directory's children under ``path``, from one LIST without a delimiter: the
-        listing ``list_dir`` would give for ``path`` (key "") and for each directory below it
-        (keyed by its path relative to ``path``). None when the keys under ``path`` fill more
-        than one page of ``max_keys``: the caller lists the one directory instead.
+        """Every directory's children under ``path``, from a LIST without a delimiter (one
+        request per 1,000 keys): the listing ``list_dir`` would give for ``path`` (key "") and
+        for each directory below it (keyed by its path relative to ``path``). None when there
+        are more than ``max_keys`` keys under ``path`` (found out by the page that reaches
+        past them): the caller lists the one directory instead.
 
         Directories are what delimited LISTs would show: every key names the directories above
         it, a key ending in "/" is a directory's marker, and a segment a listing would skip
         ('a//b', '.', '..') hides what lies below it."""
         prefix = self.dir_key(path)
-        try:
-            resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix,
-                                               MaxKeys=max_keys)
-        except Exception as exc:
-            raise translate(exc, "LIST", prefix) from exc
-        if resp.get("IsTruncated"):
-            return None
+        objects: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        while True:
+            if len(objects) >= max_keys:
+                return None  # the last page was truncated right at the limit
+            kwargs["MaxKeys"] = min(LIST_PAGE, max_keys - len(objects))
+            try:
+                resp = self.client.list_objects_v2(**kwargs)
+            except Exception as exc:
+                raise translate(exc, "LIST", prefix) from exc
+            objects += resp.get("Contents", ())
+            if not resp.get("IsTruncated"):
+                break
+            kwargs["ContinuationToken"] = resp["NextContinuationToken"]
         tree: dict[str, Listing] = {"": Listing()}
-        for obj in resp.get("Contents", ()):
+        for obj in objects:
             *dirs, leaf = obj["Key"][len(prefix):].split("/")
             where = ""
             for name in dirs:

@@ -26,49 +26,83 @@ import time
 from memfs.mount.nodes import ROOT_INODE, DirCache, Kind, Node, child_path, kind_of_mode, type_bits
 from memfs.mount.state import CoreState
 from memfs.objectmeta import ObjectInfo
-from memfs.store import Listing
+from memfs.store import LIST_PAGE, Listing
 
 # A directory with more entries than one LIST page: once its listing expires, single names are
 # probed (_probe) instead of re-listing all of it.
 BIG_DIR = 1000
+# The most keys a tree shared by several directories in use is re-listed with (_shared_tree),
+# and how recently a subtree's listing must have been needed to count as in use, in TTLs.
+SHARED_TREE_KEYS = 4 * LIST_PAGE
+ACTIVE_TTLS = 10
 
 
 class Listings(CoreState):
     """Listings and the names resolved against them (see the module docstring)."""
 
     async def _listing(self, dnode: Node) -> DirCache:
-        """The directory's children: cached if fresh, else one (paginated) LIST."""
+        """The directory's children: cached if fresh, else re-listed — as part of a tree shared
+        with the directories beside it (``_shared_tree``), as its own small tree
+        (``_small_tree``), or with one (paginated) delimited LIST."""
+        self._mark_used(dnode)
         if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
             return dnode.listing
+        shared = self._shared_tree(dnode)
+        if shared is not None:
+            top, below = shared
+            async with self.flights.hold(("LIST", top.inode)):
+                if dnode.listing is None or not self._fresh(dnode.listing.fetched_at):
+                    await self._list_tree(top, below, SHARED_TREE_KEYS)
+            if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
+                return dnode.listing
         async with self.flights.hold(("LIST", dnode.inode)):
             if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
                 return dnode.listing
+            small = None if dnode.big_tree else self._small_tree(dnode, BIG_DIR // 2)
+            if small is not None and await self._list_tree(dnode, small[0], BIG_DIR):
+                assert dnode.listing is not None
+                return dnode.listing
             path = dnode.path
-            below = None if dnode.big_tree else self._small_tree(dnode)
-            if below is not None:
-                await self.moves.settled(trees=[path])
-                started = time.time()
-                tree = await self._s3(self.store.list_tree, path, BIG_DIR)
-                if tree is not None:
-                    arrived = time.time()
-                    for node in below:
-                        if not node.detached:
-                            rel = node.path[len(path):].lstrip("/")
-                            self._install(node, tree.get(rel, Listing()), started, arrived)
-                    return self._install(dnode, tree[""], started, arrived)
-                # Grown past a page behind our cached listings (written elsewhere): without
-                # this, every re-list of it would pay for a page it cannot use.
-                dnode.big_tree = True
             await self.moves.settled(dirs=[path])  # S3 has every move into or out of it
             started = time.time()
             listing = await self._s3(self.store.list_dir, path)
             return self._install(dnode, listing, started, time.time())
 
-    def _small_tree(self, dnode: Node) -> list[Node] | None:
-        """The directories below ``dnode`` when all of them are in use (each has a listing,
-        fresh or not) and together they held fewer entries than one LIST page: then one LIST
-        without a delimiter refreshes every one of their listings for the price of this one
-        (an agent's `view` walks them next; its lookups need them). None otherwise."""
+    async def _list_tree(self, top: Node, below: list[Node], max_keys: int) -> bool:
+        """Re-list ``top`` and the directories ``below`` it with one LIST without a delimiter
+        (a page per 1,000 keys). False, and ``top`` is marked big, when it holds more than
+        ``max_keys`` keys (written elsewhere): without that, every re-list of it would pay for
+        pages it cannot use."""
+        path = top.path
+        await self.moves.settled(trees=[path])
+        started = time.time()
+        tree = await self._s3(self.store.list_tree, path, max_keys)
+        if tree is None:
+            top.big_tree = True
+            return False
+        arrived = time.time()
+        for node in below:
+            if not node.detached:
+                rel = node.path[len(path):].lstrip("/")
+                self._install(node, tree.get(rel, Listing()), started, arrived)
+        self._install(top, tree[""], started, arrived)
+        return True
+
+    def _mark_used(self, dnode: Node) -> None:
+        """A lookup or readdir needs the directory's listing: it and every directory above it
+        are in use (``_shared_tree`` counts the subtrees in use)."""
+        now = time.time()
+        node: Node | None = dnode
+        while node is not None and node.used_at != now:
+            node.used_at = now
+            node = None if node.inode == ROOT_INODE else self.inodes.at(node.parent_path())
+
+    def _small_tree(self, dnode: Node, limit: int) -> tuple[list[Node], int] | None:
+        """The directories below ``dnode`` and the entries of the whole tree, when all of them
+        are in use (each has a listing, fresh or not) and together they held at most ``limit``
+        entries: then one LIST without a delimiter refreshes every one of their listings for
+        the price of this one (an agent's `view` walks them next; its lookups need them). None
+        otherwise."""
         below: list[Node] = []
         todo, entries = [dnode], 0
         while todo:
@@ -77,7 +111,7 @@ class Listings(CoreState):
             if listing is None:
                 return None
             entries += len(listing.files) + len(listing.dirs) + 1
-            if entries > BIG_DIR // 2:
+            if entries > limit:
                 return None
             for name in listing.dirs:
                 child = self.inodes.at(child_path(node.path, name))
@@ -85,7 +119,45 @@ class Listings(CoreState):
                     return None
                 below.append(child)
                 todo.append(child)
-        return below if below else None
+        return (below, entries) if below else None
+
+    def _shared_tree(self, dnode: Node) -> tuple[Node, list[Node]] | None:
+        """An ancestor whose whole tree to re-list instead of ``dnode`` alone, with the
+        directories below it; None to re-list ``dnode`` by itself.
+
+        Many agents on one mount each work in their own directory, and each agent's commands
+        come further apart than the TTL under load: re-listing each agent's directory costs a
+        LIST per command, growing with the number of agents. When several subtrees of one
+        expired ancestor are in use (their listings needed within the last ``ACTIVE_TTLS``
+        TTLs), one LIST without a delimiter of the ancestor refreshes every one of them, and
+        the agents whose lookups arrive while it is in flight share it: a page per 1,000 keys
+        per TTL for the whole mount. Chosen only when it costs no more pages than the subtrees
+        in use would cost LISTs of their own, when this mount has listed every directory in it
+        (so its size is known) and when no deferred move is under it (the LIST would wait)."""
+        if self.ttl <= 0:
+            return None  # nothing stays fresh: each lookup lists what it needs
+        chain: list[Node] = []
+        node = dnode
+        while node.inode != ROOT_INODE:
+            parent = self.inodes.at(node.parent_path())
+            if (parent is None or parent.listing is None or parent.big_tree
+                    or self._fresh(parent.listing.fetched_at)):
+                break
+            chain.append(parent)
+            node = parent
+        since = time.time() - ACTIVE_TTLS * self.ttl
+        for top in reversed(chain):  # the highest first: it serves the most directories
+            if self.moves.busy(top.path):
+                continue
+            small = self._small_tree(top, SHARED_TREE_KEYS - LIST_PAGE)
+            if small is None:
+                continue
+            below, entries = small
+            in_use = sum(1 for n in below
+                         if n.parent_path() == top.path and n.used_at >= since)
+            if in_use >= max(2, -(-entries // LIST_PAGE)):
+                return top, below
+        return None
 
     def _install(self, dnode: Node, listing: Listing, started: float, arrived: float) -> DirCache:
         """Make ``listing`` (sent at ``started``, answered at ``arrived``) the directory's."""

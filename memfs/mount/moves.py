@@ -88,6 +88,11 @@ class Moves:
                 del self._failures[next(iter(self._failures))]
         move.done.set()
 
+    def busy(self, tree: str) -> bool:
+        """Whether a move touches anything under ``tree`` (without waiting for it)."""
+        t = (tree,)
+        return any(m.touches(frozenset(), frozenset(), t) for m in self._pending)
+
     async def settled(self, paths: Iterable[str] = (), dirs: Iterable[str] = (),
                       trees: Iterable[str] = ()) -> None:
         """Wait until no move touches ``paths`` (as either name), the entries of ``dirs`` (as

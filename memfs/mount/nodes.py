@@ -127,8 +127,12 @@ class Node:
     # Set once the name is gone (unlink, rename over it): the node no longer stands for ``path``.
     detached: bool = False
     listing: DirCache | None = None
-    # Its tree outgrew one LIST page once: it is re-listed delimited from then on (Listings).
+    # Its tree outgrew the keys a tree LIST of it was allowed once: it is re-listed delimited
+    # from then on (Listings).
     big_tree: bool = False
+    # When a lookup or readdir last needed this directory's listing, or one below it (a shared
+    # tree LIST includes a subtree only while somebody uses it: Listings._shared_tree).
+    used_at: float = 0.0
     # This mount's own changes to a directory's entries, by name: (when, what) where what is
     # Kind.DIR, an ObjectInfo, or None for a removal. A LIST that started before a change
     # finished may not show it, so a new listing replays the changes made since it started.

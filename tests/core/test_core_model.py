@@ -107,6 +107,7 @@ class Driver:
         recent changes): with a TTL shorter than that, all of it has expired."""
         for node in list(self.core.inodes.by_inode.values()):
             node.validated_at -= seconds
+            node.used_at -= seconds
             if node.listing is not None:
                 node.listing.fetched_at -= seconds
                 node.listing.started -= seconds

@@ -10,6 +10,7 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memfs import store as store_module
 from memfs.s3client import make_client
 from memfs.store import Store
 from tests.conftest import BUCKET
@@ -58,3 +59,20 @@ def test_a_tree_beyond_one_page_is_not_answered(s3, s3_reset) -> None:
     tree = store.list_tree("d", max_keys=6)
     assert tree is not None and tree[""].dirs == {"sub"} and len(tree["sub"].files) == 6
     assert store.stats.snapshot()["requests"] == {"ListObjectsV2": {"ok": 2}}
+
+
+def test_a_tree_of_several_pages_is_read_to_the_end(s3, s3_reset, monkeypatch) -> None:
+    """Pages follow each other (continuation tokens) up to ``max_keys``; the page that reaches
+    past it ends the LIST with None."""
+    monkeypatch.setattr(store_module, "LIST_PAGE", 4)
+    for i in range(10):
+        s3.put_object(Bucket=BUCKET, Key=f"p/s{i % 3}/k{i}", Body=b"")
+    store = Store(make_client(s3_reset, "us-east-1"), BUCKET)
+    tree = store.list_tree("p", max_keys=10)
+    assert tree is not None and tree[""].dirs == {"s0", "s1", "s2"}
+    assert sorted(name for j in range(3) for name in tree[f"s{j}"].files) == sorted(
+        f"k{i}" for i in range(10))
+    assert store.stats.snapshot()["requests"] == {"ListObjectsV2": {"ok": 3}}  # 4 + 4 + 2
+    assert store.list_tree("p", max_keys=9) is None  # 4 + 4 + 1 of 2: more than 9
+    assert store.list_tree("p", max_keys=8) is None  # 4 + 4, truncated at the limit
+    assert store.stats.snapshot()["requests"] == {"ListObjectsV2": {"ok": 8}}

@@ -81,9 +81,10 @@ class MemoryStore:
         """Every directory's ``list_dir`` under ``path`` in one LIST, as Store.list_tree."""
         prefix = self.dir_key(path)
         with self._lock:
-            self.calls["LIST"] += 1
-            self.trees += 1
             rests = [k[len(prefix):] for k in self.objects if k.startswith(prefix)]
+            # One request per page of 1,000, as S3 answers; the page past max_keys tells.
+            self.calls["LIST"] += max(1, -(-min(len(rests), max_keys) // 1000))
+            self.trees += 1
             if len(rests) > max_keys:
                 return None
             below = {"/".join(r.split("/")[:i]) for r in rests for i in range(1, r.count("/") + 1)}
