@@ -10,7 +10,10 @@ has expired; three rules keep that to about one LIST per command without answeri
 expired listing: keys under a directory prove it and its ancestors exist (``_exists_as_of``); a
 directory in use whose parent's listing expired is confirmed by its own LIST, which the lookup
 inside it needs next (``_own_listing_answers``); and a small tree of directories in use is
-re-listed with one LIST without a delimiter (``_small_tree``, ``Store.list_tree``).
+re-listed with one LIST without a delimiter (``_small_tree``, ``Store.list_tree``). A fourth
+keeps it from growing with the number of agents: when several agents' trees under one expired
+ancestor are in use, that ancestor's whole tree is re-listed once for all of them
+(``_shared_tree``), a page per 1,000 keys per TTL for the whole mount.
 
 Freshness: a listing is fresh for the TTL counted from when its LIST *completed* (a LIST slower
 than the TTL must not be stale on arrival). A LIST that was in flight while this mount changed an
@@ -97,12 +100,15 @@ class Listings(CoreState):
             node.used_at = now
             node = None if node.inode == ROOT_INODE else self.inodes.at(node.parent_path())
 
-    def _small_tree(self, dnode: Node, limit: int) -> tuple[list[Node], int] | None:
+    def _small_tree(self, dnode: Node, limit: int, *,
+                    unlisted: bool = False) -> tuple[list[Node], int] | None:
         """The directories below ``dnode`` and the entries of the whole tree, when all of them
         are in use (each has a listing, fresh or not) and together they held at most ``limit``
         entries: then one LIST without a delimiter refreshes every one of their listings for
         the price of this one (an agent's `view` walks them next; its lookups need them). None
-        otherwise."""
+        otherwise. With ``unlisted``, directories this mount has not listed are left out of
+        the result instead (their keys still come with the LIST, uncounted here: the caller's
+        ``max_keys`` bounds them)."""
         below: list[Node] = []
         todo, entries = [dnode], 0
         while todo:
@@ -115,7 +121,11 @@ class Listings(CoreState):
                 return None
             for name in listing.dirs:
                 child = self.inodes.at(child_path(node.path, name))
-                if child is None or child.kind is not Kind.DIR:
+                if child is not None and child.kind is not Kind.DIR:
+                    return None
+                if child is None or child.listing is None:
+                    if unlisted:
+                        continue
                     return None
                 below.append(child)
                 todo.append(child)
@@ -132,8 +142,8 @@ class Listings(CoreState):
         TTLs), one LIST without a delimiter of the ancestor refreshes every one of them, and
         the agents whose lookups arrive while it is in flight share it: a page per 1,000 keys
         per TTL for the whole mount. Chosen only when it costs no more pages than the subtrees
-        in use would cost LISTs of their own, when this mount has listed every directory in it
-        (so its size is known) and when no deferred move is under it (the LIST would wait)."""
+        in use would cost LISTs of their own (as far as this mount knows their size) and when
+        no deferred move is under it (the LIST would wait)."""
         if self.ttl <= 0:
             return None  # nothing stays fresh: each lookup lists what it needs
         chain: list[Node] = []
@@ -149,7 +159,10 @@ class Listings(CoreState):
         for top in reversed(chain):  # the highest first: it serves the most directories
             if self.moves.busy(top.path):
                 continue
-            small = self._small_tree(top, SHARED_TREE_KEYS - LIST_PAGE)
+            # Directories nobody here has listed (another mount's agents, the conflict copies)
+            # come along uncounted: SHARED_TREE_KEYS bounds them, and a tree found too big is
+            # not tried again.
+            small = self._small_tree(top, SHARED_TREE_KEYS - LIST_PAGE, unlisted=True)
             if small is None:
                 continue
             below, entries = small

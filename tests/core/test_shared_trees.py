@@ -85,6 +85,29 @@ def test_agents_in_use_share_one_listing_of_their_parent() -> None:
     trio.run(main)
 
 
+def test_directories_this_mount_never_listed_come_along() -> None:
+    """Another mount's agents and the conflict copies sit beside this mount's agents: they do
+    not stop the shared LIST (their keys come with it) and get no listing from it."""
+    store = agents_store()
+    for a in range(AGENTS, 2 * AGENTS):  # another mount's agents
+        store.put(f"a{a}/notes/f.md", b"x", {})
+    store.put(".memfs-conflicts/a0/top.md.20261204T000000Z.host.1", b"lost race", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+
+    async def main() -> None:
+        await every_agent_in_use(core)
+        expire()
+        store.calls.clear()
+        await walk(core, "a0/notes/f.md")
+        assert dict(store.calls) == {"LIST": 1} and store.trees == 1
+        assert fresh(core, "a3/people") and fresh(core, "")
+        assert core.inodes.at(f"a{AGENTS}") is None  # never looked up: nothing installed
+        assert core.inodes.at(".memfs-conflicts") is None
+        core.check_invariants()
+
+    trio.run(main)
+
+
 def test_a_single_agent_in_use_lists_only_its_own_tree() -> None:
     """Idle siblings (not needed for ``ACTIVE_TTLS`` TTLs) are not paid for by the one agent
     still at work: its own subtree is re-listed, theirs stays expired."""
