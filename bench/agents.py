@@ -13,7 +13,9 @@ All S3 traffic goes through the counting proxy, which can add a round trip (``--
 start together (a start time handed to every process, after their imports) and report each
 command's latency; the parent reads the proxy's counts and the daemons' CPU time and peak RSS
 from ``/proc``. Columns: commands/s, p50/p95/p99 latency, S3 requests per command (total and by
-type), daemon CPU ms per command, daemon peak RSS, errors. Run::
+type), daemon CPU ms per command, daemon peak RSS, errors, and ``wrong``: agents whose files in
+S3 after the leg differ from what their session must leave (the session run by the handler on a
+local directory) — a lost, misplaced or doubled update. Run::
 
     python -m bench.agents --k 1,4,16 --files 20 --rtt-ms 0,20 [--legs floor,memfs] [--repeat 3]
 
@@ -29,6 +31,7 @@ load (docs/PERFORMANCE.md).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -146,7 +149,8 @@ def run_leg(name: str, k: int, files: int, moto: str, proxy: S3Proxy, work: Path
         cpu = sum(cpu_seconds(p) for p in daemons) - cpu0
         rss = max((peak_rss_mib(p) for p in daemons), default=0.0)
     finally:
-        problems = mounts.close()
+        problems = mounts.close()  # a memfs daemon finishes its deferred moves first
+    wrong, first_wrong = wrong_agents(moto, bucket, leg, k, expected_files(files))
     cmds = [c for r in results for c in r]
     ms = [c[1] * 1000 for c in cmds]
     n = max(1, len(cmds))
@@ -164,7 +168,50 @@ def run_leg(name: str, k: int, files: int, moto: str, proxy: S3Proxy, work: Path
                        for v in [[c[1] * 1000 for c in cmds if c[0] == kind]]},
         "errors": sum(c[2] is not None for c in cmds) + failed_agents,
         "first_error": next((c[2] for c in cmds if c[2]), None), "problems": problems,
+        "wrong_agents": wrong, "first_wrong": first_wrong,
     }
+
+
+@functools.cache
+def expected_files(files: int) -> dict[str, bytes]:
+    """What one agent's session must leave behind: the same session run by the memory handler
+    on a local directory (relative path -> bytes)."""
+    from memfs.handler import MemoryHandler
+
+    with tempfile.TemporaryDirectory() as tmp:
+        handler = MemoryHandler(tmp)
+        for cmd in w.session_commands(files):
+            handler.run(cmd)
+        return {str(p.relative_to(tmp)): p.read_bytes()
+                for p in sorted(Path(tmp).rglob("*")) if p.is_file()}
+
+
+def wrong_agents(moto: str, bucket: str, leg: str, k: int,
+                 expected: dict[str, bytes]) -> tuple[int, str | None]:
+    """How many agents' files in S3 differ from what their session must leave (an update lost,
+    misplaced or doubled, a file left behind), read straight from moto after the leg; and the
+    first difference. Not for the s3fs leg: its daemon may still be writing back."""
+    if leg == "sdk-s3fs":
+        return 0, None
+    s3 = targets.s3_client(moto)
+    prefix = "memories/" if leg == "floor" else ""
+    found: dict[str, dict[str, bytes]] = {f"a{i}": {} for i in range(k)}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", ()):
+            key = obj["Key"][len(prefix):]
+            if key.endswith("/"):
+                continue  # a directory marker
+            agent_name, _, rel = key.partition("/")
+            if leg.startswith("sdk"):
+                rel = rel.removeprefix("memories/")  # the SDK's tool works in base/memories
+            body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+            found.setdefault(agent_name, {})[rel] = body
+    wrong = [name for name, files in sorted(found.items()) if files != expected]
+    if not wrong:
+        return 0, None
+    got = found[wrong[0]]
+    diff = sorted(set(got) ^ set(expected)) or sorted(n for n in got if got[n] != expected[n])
+    return len(wrong), f"{wrong[0]}: {', '.join(diff[:3])}"
 
 
 def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -183,13 +230,14 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     row["by_type_per_cmd"] = {t: statistics.median(r["by_type_per_cmd"].get(t, 0) for r in runs)
                               for t in {t for r in runs for t in r["by_type_per_cmd"]}}
     row["errors"] = sum(r["errors"] for r in runs)
+    row["wrong_agents"] = sum(r["wrong_agents"] for r in runs)
     return row
 
 
 def table(rtt: float, rows: list[dict[str, Any]]) -> Table:
     t = Table(f"Agents on one mount, RTT {rtt:g} ms", [
         "K", "leg", "cmd/s", "vs floor", "p50 ms", "p95 ms", "p99 ms", "p99 vs floor",
-        "req/cmd", "vs floor", *TYPES, "CPU ms/cmd", "RSS MiB", "errors"])
+        "req/cmd", "vs floor", *TYPES, "CPU ms/cmd", "RSS MiB", "errors", "wrong"])
     floors = {r["k"]: r for r in rows if r["leg"] == "floor"}
     for r in rows:
         f = floors.get(r["k"])
@@ -202,7 +250,7 @@ def table(rtt: float, rows: list[dict[str, Any]]) -> Table:
                *(f"{r['by_type_per_cmd'].get(ty, 0):.2f}" for ty in TYPES),
                "-" if r["daemon_cpu_ms_per_cmd"] is None else f"{r['daemon_cpu_ms_per_cmd']:.1f}",
                "-" if r["daemon_peak_rss_mib"] is None else f"{r['daemon_peak_rss_mib']:.0f}",
-               r["errors"]])
+               r["errors"], "-" if r["leg"].startswith("sdk-s3fs") else r["wrong_agents"]])
     return t
 
 
@@ -256,7 +304,9 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  K={k} {leg}: {row['cmd_per_s']:.1f} cmd/s, p99 "
                               f"{row['p99_ms']:.0f} ms, {row['requests_per_cmd']:.2f} req/cmd, "
                               f"CPU {row['daemon_cpu_ms_per_cmd'] or 0:.1f} ms/cmd, "
-                              f"errors {row['errors']}", file=sys.stderr, flush=True)
+                              f"errors {row['errors']}, wrong agents {row['wrong_agents']}"
+                              + (f" ({row['first_wrong']})" if row["first_wrong"] else ""),
+                              file=sys.stderr, flush=True)
                 rows += [median_row(r) for r in runs.values()]
             print("\n" + table(rtt, rows).text(), flush=True)
     args.out.mkdir(exist_ok=True)
