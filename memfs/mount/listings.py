@@ -55,7 +55,7 @@ class Listings(CoreState):
             top, below = shared
             async with self.flights.hold(("LIST", top.inode)):
                 if dnode.listing is None or not self._fresh(dnode.listing.fetched_at):
-                    await self._list_tree(top, below, SHARED_TREE_KEYS)
+                    await self._list_tree(top, below, SHARED_TREE_KEYS, shared=True)
             if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
                 return dnode.listing
         async with self.flights.hold(("LIST", dnode.inode)):
@@ -71,24 +71,35 @@ class Listings(CoreState):
             listing = await self._s3(self.store.list_dir, path)
             return self._install(dnode, listing, started, time.time())
 
-    async def _list_tree(self, top: Node, below: list[Node], max_keys: int) -> bool:
+    async def _list_tree(self, top: Node, below: list[Node], max_keys: int, *,
+                         shared: bool = False) -> bool:
         """Re-list ``top`` and the directories ``below`` it with one LIST without a delimiter
         (a page per 1,000 keys). False, and ``top`` is marked big, when it holds more than
         ``max_keys`` keys (written elsewhere): without that, every re-list of it would pay for
-        pages it cannot use."""
+        pages it cannot use.
+
+        A LIST must not show a directory behind a move S3 has not finished (moves.py). Its own
+        tree's LIST waits for them; a ``shared`` one (every agent's, ``_shared_tree``) would
+        make every agent wait for any agent's move, so it does not wait and leaves out the
+        directories such moves touch: they keep their expired listing and are re-listed by
+        themselves, after their moves, when next needed. Moves that begin during the LIST are
+        replayed on top of it like any change of this mount's (``_install``)."""
         path = top.path
-        await self.moves.settled(trees=[path])
+        if shared:
+            moving = self.moves.directories_under(path)
+        else:
+            await self.moves.settled(trees=[path])
+            moving = set()
         started = time.time()
         tree = await self._s3(self.store.list_tree, path, max_keys)
         if tree is None:
             top.big_tree = True
             return False
         arrived = time.time()
-        for node in below:
-            if not node.detached:
+        for node in (*below, top):
+            if not node.detached and node.path not in moving:
                 rel = node.path[len(path):].lstrip("/")
                 self._install(node, tree.get(rel, Listing()), started, arrived)
-        self._install(top, tree[""], started, arrived)
         return True
 
     def _mark_used(self, dnode: Node) -> None:
@@ -142,8 +153,7 @@ class Listings(CoreState):
         TTLs), one LIST without a delimiter of the ancestor refreshes every one of them, and
         the agents whose lookups arrive while it is in flight share it: a page per 1,000 keys
         per TTL for the whole mount. Chosen only when it costs no more pages than the subtrees
-        in use would cost LISTs of their own (as far as this mount knows their size) and when
-        no deferred move is under it (the LIST would wait)."""
+        in use would cost LISTs of their own (as far as this mount knows their size)."""
         if self.ttl <= 0:
             return None  # nothing stays fresh: each lookup lists what it needs
         chain: list[Node] = []
@@ -157,8 +167,6 @@ class Listings(CoreState):
             node = parent
         since = time.time() - ACTIVE_TTLS * self.ttl
         for top in reversed(chain):  # the highest first: it serves the most directories
-            if self.moves.busy(top.path):
-                continue
             # Directories nobody here has listed (another mount's agents, the conflict copies)
             # come along uncounted: SHARED_TREE_KEYS bounds them, and a tree found too big is
             # not tried again.

@@ -88,10 +88,12 @@ class Moves:
                 del self._failures[next(iter(self._failures))]
         move.done.set()
 
-    def busy(self, tree: str) -> bool:
-        """Whether a move touches anything under ``tree`` (without waiting for it)."""
+    def directories_under(self, tree: str) -> set[str]:
+        """The directories under ``tree`` whose entries a move S3 has not finished changes
+        (both names' parents), without waiting for it."""
         t = (tree,)
-        return any(m.touches(frozenset(), frozenset(), t) for m in self._pending)
+        return {parent_of(n) for m in self._pending if m.touches(frozenset(), frozenset(), t)
+                for n in (m.src, m.dst)}
 
     async def settled(self, paths: Iterable[str] = (), dirs: Iterable[str] = (),
                       trees: Iterable[str] = ()) -> None:

@@ -130,24 +130,29 @@ def test_a_single_agent_in_use_lists_only_its_own_tree() -> None:
     trio.run(main)
 
 
-def test_no_shared_listing_over_a_deferred_move() -> None:
-    """A LIST under a move S3 has not finished waits for it: a whole shared tree would make every
-    agent wait for any agent's move, so the agent's own tree is re-listed instead."""
+def test_a_deferred_move_keeps_only_its_directories_out_of_a_shared_listing() -> None:
+    """A LIST must not show a directory behind a move S3 has not finished. The shared LIST does
+    not wait for one agent's move (every agent would): the two directories it touches keep
+    their expired listings and wait for it when next needed; every other listing is fresh."""
     store = agents_store()
     core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
 
     async def main() -> None:
         await every_agent_in_use(core)
-        move = core.moves.begin("a2/notes/f.md", "a2/people/f.md")
+        move = core.moves.begin("a2/notes/f.md", "a2/people/f.md")  # S3 has not got it yet
         expire()
         store.calls.clear()
         await walk(core, "a0/notes/f.md")
-        assert dict(store.calls) == {"LIST": 1} and not fresh(core, "a1")
+        assert dict(store.calls) == {"LIST": 1} and store.trees == 1
+        assert fresh(core, "a1/notes") and fresh(core, "a2") and fresh(core, "")
+        assert not fresh(core, "a2/notes") and not fresh(core, "a2/people")
+        with trio.move_on_after(0.05) as waited:
+            await core._listing(core.inodes.at("a2/notes"))  # waits for the move
+        assert waited.cancelled_caught
         core.moves.end(move, None)
-        expire()
         store.calls.clear()
-        await walk(core, "a1/notes/f.md")  # no move now: shared
-        assert dict(store.calls) == {"LIST": 1} and fresh(core, "a3/people")
+        await core._listing(core.inodes.at("a2/notes"))
+        assert dict(store.calls) == {"LIST": 1} and fresh(core, "a2/notes")
 
     trio.run(main)
 
