@@ -103,8 +103,8 @@ class Listings(CoreState):
         return True
 
     def _mark_used(self, dnode: Node) -> None:
-        """A lookup or readdir needs the directory's listing: it and every directory above it
-        are in use (``_shared_tree`` counts the subtrees in use)."""
+        """A lookup in the directory or a readdir of it: it and every directory above it are
+        in use (``_shared_tree`` counts the subtrees in use)."""
         now = time.time()
         node: Node | None = dnode
         while node is not None and node.used_at != now:
@@ -263,6 +263,9 @@ class Listings(CoreState):
         """The node for ``parent/name``, or None. ``for_create`` accepts a stale listing's "no":
         the kernel has just looked the name up, and the conditional PUT (If-None-Match) catches
         a creation elsewhere in between, so a big directory is not re-listed per create."""
+        # A lookup in a directory uses it even when the answer needs no listing (a shared LIST
+        # keeps an agent's listings fresh: the agent must still count as in use).
+        self._mark_used(parent)
         node = self.inodes.at(child_path(parent.path, name))
         if node is not None and (self._fresh(node.validated_at) or self._is_local(node)):
             return node

@@ -130,8 +130,8 @@ class Node:
     # Its tree outgrew the keys a tree LIST of it was allowed once: it is re-listed delimited
     # from then on (Listings).
     big_tree: bool = False
-    # When a lookup or readdir last needed this directory's listing, or one below it (a shared
-    # tree LIST includes a subtree only while somebody uses it: Listings._shared_tree).
+    # When a lookup in this directory or a readdir of it, or of one below it, last happened (a
+    # shared tree LIST counts a subtree only while somebody uses it: Listings._shared_tree).
     used_at: float = 0.0
     # This mount's own changes to a directory's entries, by name: (when, what) where what is
     # Kind.DIR, an ObjectInfo, or None for a removal. A LIST that started before a change

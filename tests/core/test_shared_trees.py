@@ -108,6 +108,28 @@ def test_directories_this_mount_never_listed_come_along() -> None:
     trio.run(main)
 
 
+def test_agents_kept_fresh_by_shared_listings_still_count_as_in_use() -> None:
+    """An agent whose listings every shared LIST refreshes never needs a LIST of its own; its
+    lookups still count it in use, so sharing goes on past ``ACTIVE_TTLS`` TTLs instead of
+    stopping (each agent then re-listing its own tree) until the agents count again."""
+    store = agents_store()
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+
+    async def main() -> None:
+        await every_agent_in_use(core)
+        rounds = int(listings.ACTIVE_TTLS * 1.5)
+        for _ in range(rounds):  # 1.5 windows of "in use"
+            expire()
+            store.calls.clear()
+            await walk(core, "a0/notes/f.md")  # a shared LIST: every agent's listings fresh
+            assert dict(store.calls) == {"LIST": 1} and fresh(core, "a3/people")
+            for a in range(1, AGENTS):  # the others look up what those listings answer
+                await walk(core, f"a{a}/people")
+            assert dict(store.calls) == {"LIST": 1}
+
+    trio.run(main)
+
+
 def test_a_single_agent_in_use_lists_only_its_own_tree() -> None:
     """Idle siblings (not needed for ``ACTIVE_TTLS`` TTLs) are not paid for by the one agent
     still at work: its own subtree is re-listed, theirs stays expired."""
