@@ -35,7 +35,7 @@ from memfs.store import LIST_PAGE, Listing
 # probed (_probe) instead of re-listing all of it.
 BIG_DIR = 1000
 # The most keys a tree shared by several directories in use is re-listed with (_shared_tree),
-# and how recently a subtree's listing must have been needed to count as in use, in TTLs.
+# and how recently a subtree must have been looked up in or read to count as in use, in TTLs.
 SHARED_TREE_KEYS = 4 * LIST_PAGE
 ACTIVE_TTLS = 10
 
@@ -149,7 +149,7 @@ class Listings(CoreState):
         Many agents on one mount each work in their own directory, and each agent's commands
         come further apart than the TTL under load: re-listing each agent's directory costs a
         LIST per command, growing with the number of agents. When several subtrees of one
-        expired ancestor are in use (their listings needed within the last ``ACTIVE_TTLS``
+        expired ancestor are in use (looked up in or read within the last ``ACTIVE_TTLS``
         TTLs), one LIST without a delimiter of the ancestor refreshes every one of them, and
         the agents whose lookups arrive while it is in flight share it: a page per 1,000 keys
         per TTL for the whole mount. Chosen only when it costs no more pages than the subtrees
