@@ -113,7 +113,7 @@ def parts(url: str, mnt: Path, pid: int, n: int) -> list[tuple[str, float]]:
             lambda: client.delete_object(Bucket=BUCKET, Key="gone"), n)),
     ]
     direct = make_direct_requests(client, max_attempts=3, connect_timeout=5.0, read_timeout=30.0,
-                             max_connections=4)
+                                  max_connections=4)
     assert direct is not None, "no direct PUTs here (an HTTP proxy in the environment?)"
     pool = urllib3.PoolManager()
 

@@ -235,6 +235,6 @@ def make_direct_requests(client: Any, *, max_attempts: int, connect_timeout: flo
     ca_bundle = session.get_config_variable("ca_bundle") or \
         botocore.httpsession.get_cert_path(True)
     return DirectRequests(endpoint, client.meta.region_name or "us-east-1", credentials,
-                     max_attempts=max_attempts, connect_timeout=connect_timeout,
-                     read_timeout=read_timeout, max_connections=max_connections,
-                     ca_bundle=ca_bundle)
+                          max_attempts=max_attempts, connect_timeout=connect_timeout,
+                          read_timeout=read_timeout, max_connections=max_connections,
+                          ca_bundle=ca_bundle)

@@ -3,7 +3,7 @@ a connection pool the daemon's limiter matches, and a timestamp parser without d
 
 The mount (``memfs.store``), the operator tools (``memfs.ops``) and the benchmarks all make their
 client here, so that they talk to S3 alike; ``memfs.direct`` sends the mount's whole-object
-PUTs beside this client, to its endpoint, with its credentials chain.
+PUTs, copies and deletes beside this client, to its endpoint, with its credentials chain.
 """
 
 from __future__ import annotations
