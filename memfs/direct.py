@@ -5,8 +5,8 @@ boto3's ``put_object`` spends about 2.5 times the CPU of the request it sends, i
 resolved again for every call, request and response models), and a memory command makes 0.65
 whole-object PUTs, 0.15 DELETEs and 0.10 COPYs. So the mount sends those (``Store.put``,
 ``Store.delete``, ``Store.copy``) itself: the request botocore would send, signed by botocore's
-``S3SigV4Auth``, on a urllib3 connection pool of its own. Reads, listings and multipart
-uploads stay on boto3.
+``S3SigV4Auth``, on a keep-alive connection pool of its own (``memfs.http1``: urllib3 spent
+ten times the CPU of the exchange itself). Reads, listings and multipart uploads stay on boto3.
 
 What the client did for these requests and the rest of memfs relies on is kept here:
 
@@ -47,15 +47,14 @@ import botocore.awsrequest
 import botocore.exceptions
 import botocore.httpsession
 import botocore.session
-import urllib3
-import urllib3.exceptions
 
 import memfs
+from memfs import http1
 from memfs.s3stats import RequestStats
 
 _S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 #: In server logs (and the tests' proxy) these requests name their sender, as boto3's do.
-USER_AGENT = f"memfs/{memfs.__version__} (direct) urllib3/{urllib3.__version__}"
+USER_AGENT = f"memfs/{memfs.__version__} (direct)"
 #: Retried as botocore's standard mode retries them (botocore/retries/standard.py).
 _TRANSIENT_STATUS = frozenset({500, 502, 503, 504})
 _TRANSIENT_CODES = frozenset({"RequestTimeout", "RequestTimeoutException",
@@ -89,19 +88,14 @@ class DirectRequests:
         self.max_attempts = max(1, max_attempts)
         self.stats: RequestStats | None = None  # the store's, once it uses these
         self.endpoint_url = endpoint_url
-        pool_kw: dict[str, Any] = {
-            "maxsize": max_connections,
-            "timeout": urllib3.Timeout(connect=connect_timeout, read=read_timeout),
-            "retries": False,
-        }
-        if split.scheme == "https":
-            pool_kw.update(cert_reqs="CERT_REQUIRED", ca_certs=ca_bundle)
-        self.pool = urllib3.connection_from_url(endpoint_url, **pool_kw)
+        self.pool = http1.ConnectionPool(
+            split.scheme, split.hostname or "", split.port, connect_timeout=connect_timeout,
+            read_timeout=read_timeout, maxsize=max_connections, ca_bundle=ca_bundle)
 
     def put(self, bucket: str, key: str, body: bytes, headers: Mapping[str, str]) -> str:
         """PUT `body` at `key`; the new ETag. Raises what boto3 would raise."""
         resp = self._send("PUT", "PutObject", bucket, key, body, headers)
-        return str(resp.headers.get("ETag", ""))
+        return str(resp.headers.get("etag", ""))
 
     def delete(self, bucket: str, key: str) -> None:
         """DELETE `key` (no such key is no error, as on S3)."""
@@ -116,7 +110,7 @@ class DirectRequests:
         return root.findtext("ETag") or root.findtext(f"{{{_S3_NS}}}ETag") or ""
 
     def _send(self, method: str, op: str, bucket: str, key: str, body: bytes,
-              headers: Mapping[str, str]) -> urllib3.BaseHTTPResponse:
+              headers: Mapping[str, str]) -> http1.Response:
         """One call: attempts under the retry policy, counted once; the 2xx response."""
         path = f"{self.base_path}/{quote(bucket, safe='')}/{quote(key, safe='/~')}"
         started = time.monotonic()
@@ -147,24 +141,21 @@ class DirectRequests:
 
     def _attempt(self, method: str, op: str, path: str, body: bytes,
                  headers: Mapping[str, str]
-                 ) -> tuple[urllib3.BaseHTTPResponse, botocore.exceptions.ClientError | None]:
+                 ) -> tuple[http1.Response, botocore.exceptions.ClientError | None]:
         request = botocore.awsrequest.AWSRequest(
             method=method, url=self.origin + path, data=body,
             headers={**headers, "User-Agent": USER_AGENT})
         frozen = self.credentials.get_frozen_credentials()
         botocore.auth.S3SigV4Auth(frozen, "s3", self.region).add_auth(request)
         try:
-            resp = self.pool.urlopen(method, path, body=body or None,
-                                     headers=dict(request.headers.items()),
-                                     redirect=False, assert_same_host=False)
-        except (urllib3.exceptions.ConnectTimeoutError,
-                urllib3.exceptions.NewConnectionError) as exc:
+            resp = self.pool.request(method, path, dict(request.headers.items()), body)
+        except http1.ConnectFailed as exc:
             raise botocore.exceptions.EndpointConnectionError(
                 endpoint_url=self.endpoint_url, error=exc) from exc
-        except urllib3.exceptions.ReadTimeoutError as exc:
+        except http1.TimedOut as exc:
             raise botocore.exceptions.ReadTimeoutError(
                 endpoint_url=self.endpoint_url, error=exc) from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+        except http1.Dropped as exc:
             raise botocore.exceptions.ConnectionClosedError(
                 endpoint_url=self.endpoint_url, error=exc) from exc
         if resp.status >= 300:

@@ -250,17 +250,17 @@ def test_a_copy_answered_200_with_an_error_body_is_retried(s3, s3_reset) -> None
     store = direct_store(s3_reset)
     s3.put_object(Bucket=BUCKET, Key="src", Body=b"x")
     assert store.direct is not None
-    real = store.direct.pool.urlopen
+    real = store.direct.pool.request
     calls = []
 
-    def flaky(method, url, **kw):
-        resp = real(method, url, **kw)
+    def flaky(method, target, headers, body=b""):
+        resp = real(method, target, headers, body)
         calls.append(method)
         if len(calls) == 1:
-            resp._body = (b"<?xml version='1.0'?><Error><Code>InternalError</Code><Message>"
-                          b"We encountered an internal error.</Message></Error>")
+            resp.data = (b"<?xml version='1.0'?><Error><Code>InternalError</Code><Message>"
+                         b"We encountered an internal error.</Message></Error>")
         return resp
 
-    store.direct.pool.urlopen = flaky  # type: ignore[method-assign]
+    store.direct.pool.request = flaky  # type: ignore[method-assign]
     store.copy("src", "dst")
     assert len(calls) == 2 and store.stats.snapshot()["retries"] == 1
