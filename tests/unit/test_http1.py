@@ -1,0 +1,356 @@
+"""``memfs.http1``, the direct requests' HTTP/1.1 client: answers framed every way RFC 9112
+allows and cut anywhere by TCP parse to what was sent (property test on a scripted socket), and
+against real loopback servers, plain and TLS: keep-alive reuse, connections the server ends or
+closes while idle, interim answers, nonsense, silence, refused connections and bad certificates
+give the one exception the retry policy expects, and a header cannot smuggle a line break."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import botocore.auth
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memfs import http1
+
+# -- the parser, on a socket that hands out scripted fragments --------------------------------
+
+
+class FragmentSocket:
+    """Stands for a connected socket: ``recv`` returns the answer cut at the given points."""
+
+    def __init__(self, answer: bytes, cuts: list[int]) -> None:
+        points = sorted({c for c in cuts if 0 < c < len(answer)})
+        self.pieces = [answer[a:b] for a, b in zip([0, *points], [*points, len(answer)],
+                                                     strict=True)]
+        self.sent = b""
+
+    def sendall(self, data: bytes) -> None:
+        self.sent += data
+
+    def recv(self, size: int) -> bytes:
+        if not self.pieces:
+            return b""  # the server closed the connection
+        piece = self.pieces.pop(0)
+        if len(piece) > size:
+            self.pieces.insert(0, piece[size:])
+            piece = piece[:size]
+        return piece
+
+
+NAME = st.sampled_from(["ETag", "etag", "X-Amz-Request-Id", "Content-Type", "x-amz-id-2"])
+VALUE = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=30)
+
+
+def frame(body: bytes, framing: str, chunk_sizes: list[int]) -> tuple[list[str], bytes]:
+    """Headers and payload that carry ``body`` as ``framing`` says."""
+    if framing == "length":
+        return [f"Content-Length: {len(body)}"], body
+    if framing == "close":
+        return [], body
+    payload, at = b"", 0
+    for size in [*chunk_sizes, len(body)]:
+        piece = body[at:at + max(size, 1)]
+        if not piece:
+            break
+        payload += f"{len(piece):x};ext=1\r\n".encode() + piece + b"\r\n"
+        at += len(piece)
+    return ["Transfer-Encoding: chunked"], payload + b"0\r\nTrailer-A: b\r\n\r\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=st.binary(max_size=3000), framing=st.sampled_from(["length", "chunked", "close"]),
+       chunk_sizes=st.lists(st.integers(1, 700), max_size=6),
+       headers=st.lists(st.tuples(NAME, VALUE), max_size=5),
+       status=st.sampled_from([200, 201, 307, 403, 404, 412, 500, 503]),
+       interim=st.integers(0, 2), close=st.booleans(),
+       cuts=st.lists(st.integers(0, 4000), max_size=12))
+def test_any_framing_cut_anywhere_parses_to_what_was_sent(body, framing, chunk_sizes, headers,
+                                                          status, interim, close, cuts) -> None:
+    framing_headers, payload = frame(body, framing, chunk_sizes)
+    head = [f"HTTP/1.1 {status} Whatever Reason"]
+    head += [f"{n}: {v}" for n, v in headers] + framing_headers
+    if close:
+        head.append("Connection: close")
+    answer = b"HTTP/1.1 100 Continue\r\n\r\n" * interim
+    answer += ("\r\n".join(head) + "\r\n\r\n").encode() + payload
+    sock = FragmentSocket(answer, cuts)
+    response, keep = http1._Connection(sock).exchange(b"PUT / HTTP/1.1\r\n\r\n", "PUT")
+    assert sock.sent == b"PUT / HTTP/1.1\r\n\r\n"
+    assert response.status == status
+    assert response.data == body
+    expected: dict[str, str] = {}
+    for n, v in headers:
+        expected[n.lower()] = f"{expected[n.lower()]}, {v}" if n.lower() in expected else v
+    assert all(response.headers[n] == v for n, v in expected.items())
+    assert keep == (framing != "close" and not close)
+
+
+@pytest.mark.parametrize("status", [204, 304])
+def test_no_body_answers_end_at_their_head(status) -> None:
+    answer = f"HTTP/1.1 {status} X\r\nContent-Length: 10\r\n\r\n".encode()
+    response, keep = http1._Connection(FragmentSocket(answer, [])).exchange(b"", "GET")
+    assert (response.status, response.data, keep) == (status, b"", True)
+
+
+def test_a_head_request_reads_no_body() -> None:
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"
+    response, keep = http1._Connection(FragmentSocket(answer, [3])).exchange(b"", "HEAD")
+    assert (response.data, keep, response.headers["content-length"]) == (b"", True, "1000")
+
+
+def test_an_http10_answer_is_read_to_the_close_and_not_kept() -> None:
+    answer = b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    response, keep = http1._Connection(FragmentSocket(answer, [])).exchange(b"", "GET")
+    assert (response.data, keep) == (b"ok", False)
+
+
+@pytest.mark.parametrize("answer", [
+    b"",  # closed before a byte
+    b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",  # closed mid-body
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabc",  # mid-chunk
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # not a chunk size
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n",  # overlong
+    b"SSH-2.0-OpenSSH_9.2\r\n\r\n",  # not HTTP
+    b"HTTP/2 200\r\n\r\n",  # not HTTP/1
+    b"HTTP/1.1 2OO OK\r\n\r\n",  # a status that is not a number
+    b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",  # not a header
+    b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * http1.MAX_HEAD + b"\r\n\r\n",  # endless head
+])
+def test_a_broken_answer_is_dropped(answer) -> None:
+    with pytest.raises(http1.Dropped):
+        http1._Connection(FragmentSocket(answer, [7, 20])).exchange(b"", "PUT")
+
+
+@given(host=st.one_of(st.sampled_from(["localhost", "s3.amazonaws.com", "my.bucket.example"]),
+                      st.ip_addresses().map(str)),
+       scheme=st.sampled_from(["http", "https"]),
+       port=st.one_of(st.none(), st.sampled_from([80, 443, 9000]), st.integers(1, 65535)))
+def test_the_host_header_is_what_botocore_signs(host, scheme, port) -> None:
+    name = f"[{host}]" if ":" in host else host
+    url = f"{scheme}://{name}" + (f":{port}" if port is not None else "") + "/b/k"
+    assert http1.host_header(scheme, host, port) == botocore.auth._host_from_url(url)
+
+
+# -- real servers on loopback -----------------------------------------------------------------
+
+Reply = bytes | Callable[[socket.socket], None]
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+class Server:
+    """Answers each request with the next scripted reply (bytes sent, or a function given the
+    connection: it may close it, or say nothing); counts connections and records requests."""
+
+    def __init__(self, replies: list[Reply], tls: ssl.SSLContext | None = None) -> None:
+        self.replies = list(replies)
+        self.tls = tls
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._talk, args=(conn,), daemon=True).start()
+
+    def _talk(self, conn: socket.socket) -> None:
+        try:
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            buf = b""
+            while self.replies:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                while len(buf) < length:
+                    buf += conn.recv(65536)
+                self.requests.append(head + b"\r\n\r\n" + buf[:length])
+                buf = buf[length:]
+                reply = self.replies.pop(0)
+                if callable(reply):
+                    reply(conn)
+                else:
+                    conn.sendall(reply)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def pool(self, scheme: str = "http", host: str = "127.0.0.1", read_timeout: float = 5.0,
+             ca_bundle: str | None = None) -> http1.ConnectionPool:
+        return http1.ConnectionPool(scheme, host, self.port, connect_timeout=2.0,
+                                    read_timeout=read_timeout, maxsize=2, ca_bundle=ca_bundle)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., Server]]:
+    servers: list[Server] = []
+
+    def start(replies: list[Reply], **kw) -> Server:
+        servers.append(Server(replies, **kw))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def close_now(conn: socket.socket) -> None:
+    conn.close()
+
+
+def test_keep_alive_reuses_one_connection_and_sends_exact_requests(serve) -> None:
+    server = serve([OK, OK, OK])
+    pool = server.pool()
+    for body in (b"first", b"", b"third"):
+        assert pool.request("PUT", "/b/k%20x", {"X-Amz-Meta-A": "1"}, body).data == b"ok"
+    assert server.connections == 1
+    assert server.requests[0] == (f"PUT /b/k%20x HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+                                  "X-Amz-Meta-A: 1\r\nContent-Length: 5\r\n\r\nfirst").encode()
+    assert b"Content-Length: 0\r\n" in server.requests[1]  # an empty PUT says so
+
+
+def test_a_delete_without_a_body_sends_no_length(serve) -> None:
+    server = serve([b"HTTP/1.1 204 No Content\r\n\r\n"])
+    assert server.pool().request("DELETE", "/b/k", {}).status == 204
+    assert b"Content-Length" not in server.requests[0]
+
+
+def test_connection_close_ends_the_connection(serve) -> None:
+    server = serve([b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
+                    OK])
+    pool = server.pool()
+    assert [pool.request("PUT", p, {}, b"1").data for p in ("/a", "/b")] == [b"ok", b"ok"]
+    assert server.connections == 2
+
+
+def test_an_idle_connection_the_server_closed_is_replaced_before_use(serve) -> None:
+    closed = threading.Event()
+
+    def answer_then_close(conn: socket.socket) -> None:  # an idle timeout, without saying so
+        conn.sendall(OK)
+        conn.shutdown(socket.SHUT_RDWR)
+        closed.set()
+
+    server = serve([answer_then_close, OK])
+    pool = server.pool()
+    pool.request("PUT", "/a", {}, b"1")
+    assert closed.wait(5) and len(pool._idle) == 1
+    assert pool.request("PUT", "/b", {}, b"2").data == b"ok"  # not a failed request
+    assert server.connections == 2 and len(server.requests) == 2
+
+
+def test_interim_answers_are_skipped(serve) -> None:
+    server = serve([b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"])
+    assert server.pool().request("PUT", "/a", {}, b"x").data == b"ok"
+
+
+def test_silence_is_a_timeout_and_a_close_is_dropped(serve) -> None:
+    server = serve([lambda conn: threading.Event().wait(1.0), close_now])
+    pool = server.pool(read_timeout=0.2)
+    with pytest.raises(http1.TimedOut):
+        pool.request("PUT", "/a", {}, b"x")
+    with pytest.raises(http1.Dropped):
+        pool.request("PUT", "/b", {}, b"y")
+    assert pool._idle == []  # neither connection was kept
+
+
+def test_a_refused_connection_fails_to_connect() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: connections are refused
+        pool = http1.ConnectionPool("http", "127.0.0.1", port, connect_timeout=1.0,
+                                    read_timeout=1.0, maxsize=1)
+        with pytest.raises(http1.ConnectFailed, match="could not connect"):
+            pool.request("PUT", "/a", {}, b"x")
+
+
+@pytest.mark.parametrize("headers", [{"X-A": "1\r\nX-Injected: 2"}, {"X-A\nB": "1"},
+                                     {"X-A": "nul\0"}])
+def test_a_line_break_in_a_header_is_refused_before_sending(serve, headers) -> None:
+    server = serve([OK])
+    with pytest.raises(ValueError, match="line break"):
+        server.pool().request("PUT", "/a", headers, b"x")
+    assert server.connections == 0
+
+
+# -- TLS ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and localhost (cryptography comes with moto)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "memfs test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([
+                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    where = tmp_path_factory.mktemp("tls")
+    (where / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (where / "key.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    return where / "cert.pem", where / "key.pem"
+
+
+def server_tls(certificate) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(*certificate)
+    return ctx
+
+
+def test_tls_to_a_trusted_server_keeps_its_connection(serve, certificate) -> None:
+    server = serve([OK, OK], tls=server_tls(certificate))
+    pool = server.pool("https", "localhost", ca_bundle=str(certificate[0]))
+    assert [pool.request("PUT", "/a", {}, b"x").data for _ in range(2)] == [b"ok", b"ok"]
+    assert server.connections == 1
+    assert server.requests[0].startswith(f"PUT /a HTTP/1.1\r\nHost: localhost:{server.port}"
+                                         .encode())
+
+
+def test_tls_refuses_an_unknown_authority(serve, certificate, tmp_path) -> None:
+    server = serve([OK], tls=server_tls(certificate))
+    with pytest.raises(http1.ConnectFailed, match="TLS"):
+        server.pool("https", "localhost").request("PUT", "/a", {}, b"x")  # system CAs only
+    assert server.requests == []
