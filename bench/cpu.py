@@ -10,7 +10,8 @@ benchmark), one agent at a time, and three tables in one run:
   agents benchmark at 20 ms per request measures more CPU per command than back to back;
 * **the parts** — client CPU (``time.thread_time``) of one S3 request made the way the daemon
   makes it (``memfs.s3client.make_client``), of the same PUT as the mount now sends it (signed by
-  botocore's signer on a urllib3 pool, ``memfs.direct``), of the HTTP alone,
+  botocore's signer on ``memfs.http1``'s pool, ``memfs.direct``), of the HTTP alone (on urllib3,
+  what ``memfs.direct`` sent on until 2026-12-04, and on ``memfs.http1``),
   and of one ``trio.to_thread.run_sync`` hop; daemon CPU of one FUSE request answered from
   memory (``listxattr``) and of an open + close of a cached file.
 
@@ -31,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import trio
 import urllib3
@@ -39,6 +41,7 @@ from bench import targets
 from bench import workloads as w
 from bench.agents import cpu_seconds
 from bench.report import Table
+from memfs import http1
 from memfs.direct import make_direct_requests
 from memfs.handler import MemoryHandler
 from memfs.s3client import make_client
@@ -116,17 +119,21 @@ def parts(url: str, mnt: Path, pid: int, n: int) -> list[tuple[str, float]]:
                                   max_connections=4)
     assert direct is not None, "no direct PUTs here (an HTTP proxy in the environment?)"
     pool = urllib3.PoolManager()
+    split = urlsplit(url)
+    own = http1.ConnectionPool(split.scheme, split.hostname or "", split.port,
+                               connect_timeout=5.0, read_timeout=30.0, maxsize=1)
+    # moto checks no signatures: the HTTP exchange alone, for scale.
+    unsigned = {"Authorization": f"AWS4-HMAC-SHA256 Credential={KEY_ID}/20260101/"
+                                 f"{REGION}/s3/aws4_request, SignedHeaders=host, Signature=0"}
 
     def http_put() -> None:
-        # moto checks no signatures: the HTTP exchange alone, for scale.
-        pool.request("PUT", f"{url}/{BUCKET}/k", body=BODY, headers={
-            "Authorization": f"AWS4-HMAC-SHA256 Credential={KEY_ID}/20260101/"
-                             f"{REGION}/s3/aws4_request, SignedHeaders=host, "
-                             "Signature=0"})
+        pool.request("PUT", f"{url}/{BUCKET}/k", body=BODY, headers=unsigned)
 
     rows += [("client: the same PUT as the mount sends it (memfs.direct)", client_cpu_us(
                   lambda: direct.put(BUCKET, "k", BODY, {"x-amz-meta-memfs-mtime": "1"}), n)),
              ("client: the same PUT unsigned on urllib3 (HTTP alone)", client_cpu_us(http_put, n)),
+             ("client: the same PUT unsigned on memfs.http1 (what memfs.direct sends on)",
+              client_cpu_us(lambda: own.request("PUT", f"/{BUCKET}/k", unsigned, BODY), n)),
              ("trio.to_thread.run_sync of nothing (both threads)", thread_hop_us(n * 5))]
     f = mnt / "cpu-probe.md"
     f.write_bytes(BODY)
