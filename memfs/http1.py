@@ -34,6 +34,7 @@ from dataclasses import dataclass
 #: Longest response head read; S3's are about 1 KB.
 MAX_HEAD = 64 * 1024
 _CHUNK = 64 * 1024
+_JOIN_BODY = 64 * 1024
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -173,10 +174,12 @@ class _Connection:
             if self._line():
                 raise Dropped("a chunk did not end where its size said")
 
-    def exchange(self, request: bytes, method: str) -> tuple[Response, bool]:
-        """Send ``request``; its answer, and whether the connection can carry another."""
+    def exchange(self, request: list[bytes], method: str) -> tuple[Response, bool]:
+        """Send ``request`` (its pieces in order); its answer, and whether the connection can
+        carry another."""
         try:
-            self.sock.sendall(request)
+            for piece in request:
+                self.sock.sendall(piece)
         except TimeoutError as exc:
             raise TimedOut("the server took no more of the request within the timeout") from exc
         except OSError as exc:
@@ -229,7 +232,10 @@ class ConnectionPool:
         if any("\r" in line or "\n" in line or "\0" in line for line in lines):
             # A line break inside a value would start a header (or a request) of its own.
             raise ValueError("an HTTP request line or header holds a line break or NUL")
-        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        # A small body goes in the head's packet (TCP_NODELAY would otherwise send two); a big
+        # one (a whole-object PUT may be up to the part size) is not copied to do so.
+        request = [head + body] if len(body) <= _JOIN_BODY else [head, body]
         conn = self._take()
         try:
             response, keep = conn.exchange(request, method)

@@ -83,7 +83,7 @@ def test_any_framing_cut_anywhere_parses_to_what_was_sent(body, framing, chunk_s
     answer = b"HTTP/1.1 100 Continue\r\n\r\n" * interim
     answer += ("\r\n".join(head) + "\r\n\r\n").encode() + payload
     sock = FragmentSocket(answer, cuts)
-    response, keep = http1._Connection(sock).exchange(b"PUT / HTTP/1.1\r\n\r\n", "PUT")
+    response, keep = http1._Connection(sock).exchange([b"PUT / HTTP/1.1\r\n\r\n"], "PUT")
     assert sock.sent == b"PUT / HTTP/1.1\r\n\r\n"
     assert response.status == status
     assert response.data == body
@@ -97,19 +97,19 @@ def test_any_framing_cut_anywhere_parses_to_what_was_sent(body, framing, chunk_s
 @pytest.mark.parametrize("status", [204, 304])
 def test_no_body_answers_end_at_their_head(status) -> None:
     answer = f"HTTP/1.1 {status} X\r\nContent-Length: 10\r\n\r\n".encode()
-    response, keep = http1._Connection(FragmentSocket(answer, [])).exchange(b"", "GET")
+    response, keep = http1._Connection(FragmentSocket(answer, [])).exchange([b""], "GET")
     assert (response.status, response.data, keep) == (status, b"", True)
 
 
 def test_a_head_request_reads_no_body() -> None:
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"
-    response, keep = http1._Connection(FragmentSocket(answer, [3])).exchange(b"", "HEAD")
+    response, keep = http1._Connection(FragmentSocket(answer, [3])).exchange([b""], "HEAD")
     assert (response.data, keep, response.headers["content-length"]) == (b"", True, "1000")
 
 
 def test_an_http10_answer_is_read_to_the_close_and_not_kept() -> None:
     answer = b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"
-    response, keep = http1._Connection(FragmentSocket(answer, [])).exchange(b"", "GET")
+    response, keep = http1._Connection(FragmentSocket(answer, [])).exchange([b""], "GET")
     assert (response.data, keep) == (b"ok", False)
 
 
@@ -129,7 +129,7 @@ def test_an_http10_answer_is_read_to_the_close_and_not_kept() -> None:
 ])
 def test_a_broken_answer_is_dropped(answer) -> None:
     with pytest.raises(http1.Dropped):
-        http1._Connection(FragmentSocket(answer, [7, 20])).exchange(b"", "PUT")
+        http1._Connection(FragmentSocket(answer, [7, 20])).exchange([b""], "PUT")
 
 
 @given(host=st.one_of(st.sampled_from(["localhost", "s3.amazonaws.com", "my.bucket.example"]),
@@ -237,6 +237,15 @@ def test_keep_alive_reuses_one_connection_and_sends_exact_requests(serve) -> Non
     assert server.requests[0] == (f"PUT /b/k%20x HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
                                   "X-Amz-Meta-A: 1\r\nContent-Length: 5\r\n\r\nfirst").encode()
     assert b"Content-Length: 0\r\n" in server.requests[1]  # an empty PUT says so
+
+
+@pytest.mark.parametrize("size", [http1._JOIN_BODY, http1._JOIN_BODY + 1, 3 * 1024 * 1024])
+def test_a_body_of_any_size_arrives_whole_after_its_head(serve, size) -> None:
+    body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    server = serve([OK])
+    server.pool().request("PUT", "/big", {}, body)
+    head, _, sent = server.requests[0].partition(b"\r\n\r\n")
+    assert head.endswith(f"Content-Length: {size}".encode()) and sent == body
 
 
 def test_a_delete_without_a_body_sends_no_length(serve) -> None:
