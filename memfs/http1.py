@@ -8,7 +8,7 @@ queue). ``memfs.direct`` sends PutObject, CopyObject and DeleteObject, whose req
 whole and whose answers are small, so what it needs of HTTP is short:
 
 * a request is the head (request line, ``Host``, the caller's headers, ``Content-Length``) and
-  the body in one ``sendall``;
+  the body, in one ``sendall`` when the body is small;
 * an answer is read by RFC 9112's rules: interim 1xx answers are skipped; no body for HEAD, 204
   and 304; else ``Transfer-Encoding: chunked``, ``Content-Length``, or the bytes up to the
   close; a connection is kept only when the answer was delimited and neither side said
@@ -81,7 +81,7 @@ class _Connection:
 
     def dropped(self) -> bool:
         """An idle connection the server has closed or written to (either way: unusable)."""
-        if self.buffer or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
             return True
         poller = select.poll()
         poller.register(self.sock, select.POLLIN)
@@ -90,25 +90,29 @@ class _Connection:
         except OSError:
             return True
 
-    def _fill(self) -> None:
+    def _more(self) -> bool:
+        """Read what the server sent next into the buffer; False at its orderly close."""
         try:
             data = self.sock.recv(_CHUNK)
         except TimeoutError as exc:
             raise TimedOut("no answer within the read timeout") from exc
         except OSError as exc:
             raise Dropped(f"connection lost: {exc}") from exc
-        if not data:
-            raise Dropped("the server closed the connection before the answer ended")
         self.buffer += data
+        return bool(data)
 
-    def _line(self, limit: int = MAX_HEAD) -> bytes:
+    def _fill(self) -> None:
+        if not self._more():
+            raise Dropped("the server closed the connection before the answer ended")
+
+    def _line(self) -> bytes:
         while True:
             end = self.buffer.find(b"\r\n")
             if end >= 0:
                 line = bytes(self.buffer[:end])
                 del self.buffer[:end + 2]
                 return line
-            if len(self.buffer) > limit:
+            if len(self.buffer) > MAX_HEAD:
                 raise Dropped("an answer's line is too long")
             self._fill()
 
@@ -120,11 +124,9 @@ class _Connection:
         return data
 
     def _to_close(self) -> bytes:
-        while True:
-            try:
-                self._fill()
-            except Dropped:
-                break
+        # Only the orderly close ends such a body: a reset is an answer cut short (Dropped).
+        while self._more():
+            pass
         data, self.buffer = bytes(self.buffer), bytearray()
         return data
 
@@ -248,12 +250,6 @@ class ConnectionPool:
             conn.close()
         return response
 
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
     def _take(self) -> _Connection:
         while True:
             with self._lock:
@@ -283,7 +279,7 @@ class ConnectionPool:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.tls is not None:
                 sock = self.tls.wrap_socket(sock, server_hostname=self.host)
-        except (OSError, ssl.SSLError) as exc:
+        except OSError as exc:  # ssl.SSLError (a certificate refused, say) is one
             sock.close()
             raise ConnectFailed(f"TLS with {where} failed: {exc}") from exc
         sock.settimeout(self.read_timeout)

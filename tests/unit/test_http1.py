@@ -113,6 +113,23 @@ def test_an_http10_answer_is_read_to_the_close_and_not_kept() -> None:
     assert (response.data, keep) == (b"ok", False)
 
 
+class ResetSocket(FragmentSocket):
+    """The connection is reset once the scripted bytes are read (not closed in order)."""
+
+    def recv(self, size: int) -> bytes:
+        if not self.pieces:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        return super().recv(size)
+
+
+def test_a_reset_cuts_a_close_delimited_body_short_instead_of_ending_it() -> None:
+    answer = b"HTTP/1.1 200 OK\r\n\r\nhalf of it"
+    ok, _ = http1._Connection(FragmentSocket(answer, [20])).exchange([b""], "GET")
+    assert ok.data == b"half of it"  # an orderly close ends the body
+    with pytest.raises(http1.Dropped, match="reset"):
+        http1._Connection(ResetSocket(answer, [20])).exchange([b""], "GET")
+
+
 @pytest.mark.parametrize("answer", [
     b"",  # closed before a byte
     b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",  # closed mid-body
