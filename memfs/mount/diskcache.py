@@ -11,9 +11,19 @@ On disk (``root`` is ``--cache-dir``/``content-<tag>``, one per mount source and
     lock              flock()ed by the mount using the directory, holds its pid
     staging/          open files' staged bytes (``Blob``), removed at the next start
     objects/X.data    one version of one object (sparse while only ranges were read)
-    objects/X.json    {"path", "etag", "size", "sha256", "info"}: written, atomically, only once
-                      X.data is complete; X.data without it is discarded at the next start
+    objects/records.jsonl
+                      one line {"name": X, "path", "etag", "size", "sha256", "info"} appended
+                      once X.data is complete (and again when a rename moves it); the last line
+                      naming X wins, a line whose X.data is gone is stale, an X.data no line
+                      names is discarded at the next start, which rewrites the file compactly
     uploads/          multipart uploads in flight (memfs.mount.transfer), aborted at next start
+
+Why one appended file and not a record file per entry (``X.json``, written to a temporary name
+and renamed, as until 2026-12): every upload publishes a new version, and on ext4 the create,
+rename and unlink of a small file per version cost about 0.2 ms of daemon CPU per memory command
+at K = 1 (``docs/PERFORMANCE.md``), where one ``write`` on an ``O_APPEND`` descriptor costs a few
+microseconds. A line cut short by a crash or a full disk is skipped at the next start (that
+entry is fetched again); ``X.json`` records left by an older memfs are read once and folded in.
 
 Integrity: an entry read back after a restart is checked once against its SHA-256 before its
 first use (a crash mid-write, a full disk or someone editing the directory leave a file that does
@@ -22,8 +32,8 @@ by ``max_bytes`` (an entry's full size counts); an entry bigger than the bound i
 ``persistent`` off (``--cache-size 0``) nothing outlives the mount and the bound is
 ``SESSION_BYTES``, as before the cache moved to disk.
 
-Lives on the trio thread, except ``verify`` and ``persist``, which only read files and write one
-new file, and are what the core runs in a worker thread for big entries.
+Lives on the trio thread, except ``verify`` and ``persist``, which only read files and append a
+record (under ``_records_lock``), and are what the core runs in a worker thread for big entries.
 """
 
 from __future__ import annotations
@@ -34,12 +44,15 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
+import threading
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memfs.mount.blobs import Blob, Ranges
 from memfs.objectmeta import ObjectInfo
@@ -48,6 +61,13 @@ log = logging.getLogger(__name__)
 
 #: The in-session bound when the disk cache is off (what memory held before it moved to disk).
 SESSION_BYTES = 64 * 1024 * 1024
+
+#: The records of complete entries under ``objects/`` (see the module docstring).
+RECORDS = "records.jsonl"
+#: What ``uuid.uuid4().hex`` names an entry's files: a record naming anything else is refused.
+_NAME = re.compile(r"[0-9a-f]{32}")
+#: The records file is rewritten once it holds this many lines more than twice the entries.
+COMPACT_SLACK = 1024
 
 
 class CacheInUse(Exception):
@@ -84,12 +104,19 @@ class DiskCache:
         self.uploads = self.root / "uploads"
         self._items: OrderedDict[str, Entry] = OrderedDict()
         self._used = 0
+        # Appends come from the trio thread and from persist() in worker threads; a rewrite
+        # swaps the descriptor. Both under the lock, with the entry's sha256 set under it too,
+        # so a rewrite holds exactly the records appended before it.
+        self._records_lock = threading.Lock()
+        self._records_fd = -1
+        self._record_lines = 0
         self._lock_fd = self._take_lock()
         for d in (self.staging, self.objects, self.uploads):
             d.mkdir(parents=True, exist_ok=True)
         _empty(self.staging)
         if self.persistent:
             self._load()
+            self._rewrite_records()
         else:
             _empty(self.objects)
 
@@ -110,6 +137,10 @@ class DiskCache:
     def close(self) -> None:
         if self._lock_fd < 0:
             return
+        with self._records_lock:
+            if self._records_fd >= 0:
+                os.close(self._records_fd)
+                self._records_fd = -1
         if self._temporary:
             shutil.rmtree(self.root, ignore_errors=True)
         elif not self.persistent:  # --cache-size 0: nothing outlives the mount
@@ -225,17 +256,49 @@ class DiskCache:
         self._write_record(entry, digest)
 
     def _write_record(self, entry: Entry, digest: str) -> None:
-        record = {"path": entry.path, "etag": entry.etag, "size": entry.size, "sha256": digest,
-                  "info": dataclasses.asdict(entry.info) if entry.info else None}
-        tmp = self.objects / f"{entry.name}.json.tmp"
-        try:
-            tmp.write_text(json.dumps(record))
-            os.replace(tmp, self._meta(entry.name))
-        except OSError as exc:
-            log.warning("could not record the cached copy of %s: %s", entry.path, exc)
-            tmp.unlink(missing_ok=True)
-            return
-        entry.sha256 = digest
+        """Append the entry's record (one ``write``: a line is never interleaved with another);
+        the entry counts as persisted only if the whole line was written."""
+        line = (json.dumps(_record(entry, digest)) + "\n").encode()
+        with self._records_lock:
+            if self._records_fd < 0:
+                return  # closed (a background persist finishing at unmount)
+            try:
+                written = os.write(self._records_fd, line)
+            except OSError as exc:
+                written, error = 0, str(exc)
+            else:
+                error = "short write"
+            if written != len(line):
+                log.warning("could not record the cached copy of %s: %s", entry.path, error)
+                if written:  # end the cut line, so the next one is read (this one is skipped)
+                    with contextlib.suppress(OSError):
+                        os.write(self._records_fd, b"\n")
+                return
+            self._record_lines += 1
+            entry.sha256 = digest
+
+    def _rewrite_records(self) -> None:
+        """Write the records of the persisted entries afresh (temporary file + rename) and
+        append to it from now on. At start, and when stale lines outnumber live ones."""
+        path = self.objects / RECORDS
+        tmp = path.with_name(RECORDS + ".tmp")
+        with self._records_lock:
+            lines = [(json.dumps(_record(e, e.sha256)) + "\n").encode()
+                     for e in self._items.values() if e.sha256 is not None]
+            try:
+                with open(tmp, "wb") as f:
+                    f.writelines(lines)
+                os.replace(tmp, path)
+            except OSError as exc:
+                # The old file stays (appends go on to it); entries it lacks are fetched again.
+                log.warning("could not rewrite the content cache's records: %s", exc)
+                tmp.unlink(missing_ok=True)
+            else:
+                self._record_lines = len(lines)
+            if self._records_fd >= 0:
+                os.close(self._records_fd)
+            self._records_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                                       | os.O_CLOEXEC, 0o600)
 
     # -- removing ------------------------------------------------------------------------------
 
@@ -267,9 +330,6 @@ class DiskCache:
     def _data(self, name: str) -> Path:
         return self.objects / f"{name}.data"
 
-    def _meta(self, name: str) -> Path:
-        return self.objects / f"{name}.json"
-
     def _add(self, entry: Entry) -> None:
         self._items[entry.path] = entry
         self._used += entry.size
@@ -277,45 +337,49 @@ class DiskCache:
             # Least recently used first; an entry bigger than the whole bound (a lowered
             # --cache-size at restart) goes too.
             self._drop(next(iter(self._items.values())))
+        if self._records_fd >= 0 and self._record_lines > 2 * len(self._items) + COMPACT_SLACK:
+            self._rewrite_records()
 
     def _drop(self, entry: Entry, remove_files: bool = True) -> None:
         if self._items.get(entry.path) is entry:
             del self._items[entry.path]
             self._used -= entry.size
         if remove_files:
-            # Open blobs keep reading the unlinked file through their descriptors.
-            self._meta(entry.name).unlink(missing_ok=True)
+            # Open blobs keep reading the unlinked file through their descriptors. Its record
+            # stays until the next rewrite: a record whose data is gone is stale.
             self._data(entry.name).unlink(missing_ok=True)
 
     def _load(self) -> None:
-        """Read back the records of the previous mounts; drop what has no complete record."""
-        records: list[tuple[float, Entry]] = []
-        for meta in self.objects.glob("*.json"):
-            name = meta.name.removesuffix(".json")
+        """Read back the records of the previous mounts (the records file, after any ``X.json``
+        an older memfs left); keep what has a complete record and its data, remove the rest."""
+        found: dict[str, Entry] = {}  # by name, in the order recorded: the last record wins
+        legacy = sorted(self.objects.glob("*.json"), key=_mtime)
+        for meta in legacy:
             try:
-                record = json.loads(meta.read_text())
-                info = ObjectInfo(**record["info"]) if record.get("info") else None
-                entry = Entry(str(record["path"]), str(record["etag"]), int(record["size"]),
-                              name, Ranges([(0, int(record["size"]))]), info,
-                              str(record["sha256"]), verified=False)
-                mtime = meta.stat().st_mtime
-            except (OSError, ValueError, KeyError, TypeError) as exc:
+                _remember(found, _entry(json.loads(meta.read_bytes()), meta.stem))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 log.warning("discarding unreadable cache record %s: %s", meta, exc)
-                meta.unlink(missing_ok=True)
-                continue
-            records.append((mtime, entry))
-        records.sort(key=lambda r: r[0])
-        for _, entry in records:
+        try:
+            lines = (self.objects / RECORDS).read_bytes().splitlines()
+        except FileNotFoundError:
+            lines = []
+        for number, line in enumerate(lines, 1):
+            try:
+                record = json.loads(line)
+                _remember(found, _entry(record, record["name"]))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                log.warning("discarding unreadable line %d of %s: %s", number,
+                            self.objects / RECORDS, exc)
+        for entry in found.values():
             if not self._data(entry.name).exists():
-                self._meta(entry.name).unlink(missing_ok=True)
-                continue
+                continue  # dropped after it was recorded
             old = self._items.get(entry.path)
             if old is not None:
                 self._drop(old)
             self._add(entry)
-        kept = {e.name for e in self._items.values()}
+        kept = {f"{e.name}.data" for e in self._items.values()} | {RECORDS}
         for f in self.objects.iterdir():
-            if f.name.split(".", 1)[0] not in kept:
+            if f.name not in kept:
                 f.unlink(missing_ok=True)
         if self._items:
             log.info("content cache: %d entries (%d bytes) from earlier mounts in %s",
@@ -329,6 +393,35 @@ class DiskCache:
         assert self._used <= self.max_bytes, f"{self._used} bytes over the bound"
         for path, entry in self._items.items():
             assert entry.path == path, f"entry for {entry.path} filed under {path}"
+
+
+def _record(entry: Entry, digest: str) -> dict[str, object]:
+    return {"name": entry.name, "path": entry.path, "etag": entry.etag, "size": entry.size,
+            "sha256": digest, "info": dataclasses.asdict(entry.info) if entry.info else None}
+
+
+def _entry(record: dict[str, Any], name: object) -> Entry:
+    """An entry read back from a record (unverified until its bytes are checked). Raises
+    ValueError, KeyError or TypeError for a record that is not one of ours."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(f"not a cache file name: {name!r}")  # never a path outside objects/
+    size = int(record["size"])
+    info = record.get("info")
+    return Entry(str(record["path"]), str(record["etag"]), size, name, Ranges([(0, size)]),
+                 ObjectInfo(**info) if isinstance(info, dict) else None,
+                 str(record["sha256"]), verified=False)
+
+
+def _remember(found: dict[str, Entry], entry: Entry) -> None:
+    found.pop(entry.name, None)  # a later record of the same file (a rename) replaces it
+    found[entry.name] = entry
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _empty(directory: Path) -> None:

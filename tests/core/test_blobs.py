@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memfs.mount.blobs import Blob, Ranges, disk_usage
-from memfs.mount.diskcache import SESSION_BYTES, CacheInUse, DiskCache
+from memfs.mount import diskcache
+from memfs.mount.diskcache import RECORDS, SESSION_BYTES, CacheInUse, DiskCache
 from memfs.mount.transfer import (
     MAX_PARTS,
     MIB,
@@ -292,6 +293,14 @@ def object_files(cache: DiskCache) -> set[str]:
     return {f.name for f in cache.objects.iterdir()}
 
 
+def data_files(cache: DiskCache) -> set[str]:
+    return object_files(cache) - {RECORDS}
+
+
+def record_lines(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / "objects" / RECORDS).read_bytes().splitlines()]
+
+
 def test_a_persisted_entry_is_found_verified_and_read_after_a_restart(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     data = pattern(1, 50_000)
@@ -326,11 +335,11 @@ def test_an_unpersisted_entry_does_not_outlive_the_mount(tmp_path: Path) -> None
     cache = DiskCache(root, 1 << 20)
     entry = publish(cache, "f", b"data", '"e"', persist=False)
     assert entry is not None and cache.lookup("f") is entry
-    assert object_files(cache) == {f"{entry.name}.data"}
+    assert data_files(cache) == {f"{entry.name}.data"}
     cache.close()
     again = DiskCache(root, 1 << 20)
     assert again.lookup("f") is None
-    assert object_files(again) == set(), "a .data without its record was kept"
+    assert data_files(again) == set(), "a .data without its record was kept"
     again.close()
 
 
@@ -352,7 +361,7 @@ def test_a_damaged_entry_fails_verification_and_is_dropped(tmp_path: Path, damag
     assert not again.verify(found)
     assert again.open(found, False) is None
     assert again.lookup("f") is None
-    assert object_files(again) == set()
+    assert data_files(again) == set()
     again.check_invariants()
     assert again.stats()["bytes"] == 0
     again.close()
@@ -365,21 +374,89 @@ def test_records_without_data_or_unreadable_are_dropped_at_load(tmp_path: Path) 
     no_data = publish(cache, "no-data", b"n" * 10, '"n"')
     garbage = publish(cache, "garbage", b"g" * 10, '"g"')
     partial = publish(cache, "partial", b"p" * 10, '"p"')
-    assert kept and no_data and garbage and partial
+    escape = publish(cache, "escape", b"e" * 10, '"e"')
+    assert kept and no_data and garbage and partial and escape
     cache.close()
     objects = root / "objects"
     (objects / f"{no_data.name}.data").unlink()
-    (objects / f"{garbage.name}.json").write_text("{not json")
-    (objects / f"{partial.name}.json").write_text(json.dumps({"path": "partial", "etag": '"p"'}))
+    lines = (objects / RECORDS).read_bytes().splitlines()
+    assert len(lines) == 5
+    lines[2] = b"{not json"
+    lines[3] = json.dumps({"name": partial.name, "path": "partial", "etag": '"p"'}).encode()
+    outside = tmp_path / "outside.data"
+    outside.write_bytes(b"not the cache's")
+    record = json.loads(lines[4])
+    record["name"] = "../../outside"  # a record naming a file outside objects/ is refused
+    lines[4] = json.dumps(record).encode()
+    (objects / RECORDS).write_bytes(b"\n".join(lines) + b"\n")
     (objects / "stray.data").write_bytes(b"left by a crash")
-    (objects / "stray.json.tmp").write_text("{}")
+    (objects / f"{RECORDS}.tmp").write_text("{}")
 
     again = DiskCache(root, 1 << 20)
-    assert [again.lookup(p) is not None for p in ("kept", "no-data", "garbage", "partial")] == \
-        [True, False, False, False]
-    assert object_files(again) == {f"{kept.name}.data", f"{kept.name}.json"}
+    assert [again.lookup(p) is not None for p in
+            ("kept", "no-data", "garbage", "partial", "escape")] == \
+        [True, False, False, False, False]
+    assert object_files(again) == {f"{kept.name}.data", RECORDS}
+    assert outside.read_bytes() == b"not the cache's"
+    assert [r["path"] for r in record_lines(root)] == ["kept"], "the records were not rewritten"
     again.check_invariants()
     assert again.stats()["bytes"] == 10
+    again.close()
+
+
+def test_a_record_cut_by_a_crash_loses_that_entry_only(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    cache = DiskCache(root, 1 << 20)
+    first = publish(cache, "first", b"1" * 10, '"1"')
+    second = publish(cache, "second", b"2" * 10, '"2"')
+    assert first and second
+    cache.close()
+    records = root / "objects" / RECORDS
+    records.write_bytes(records.read_bytes()[:-20])  # the last append was cut short
+    again = DiskCache(root, 1 << 20)
+    assert again.lookup("first", '"1"') is not None and again.lookup("second") is None
+    assert publish(again, "third", b"3" * 10, '"3"') is not None
+    again.close()
+    third = DiskCache(root, 1 << 20)
+    assert [third.lookup(p) is not None for p in ("first", "second", "third")] == \
+        [True, False, True]
+    third.close()
+
+
+def test_records_of_an_older_memfs_are_folded_into_the_records_file(tmp_path: Path) -> None:
+    """Until 2026-12 each entry had its own ``X.json``: such a cache still serves after an
+    upgrade, and its records move into the records file."""
+    root = tmp_path / "cache"
+    cache = DiskCache(root, 1 << 20)
+    entry = publish(cache, "old/file", b"from before", '"o"')
+    assert entry is not None
+    cache.close()
+    objects = root / "objects"
+    (record,) = record_lines(root)
+    del record["name"]
+    (objects / f"{entry.name}.json").write_text(json.dumps(record))
+    (objects / RECORDS).unlink()
+    again = DiskCache(root, 1 << 20)
+    found = again.lookup("old/file", '"o"')
+    assert found is not None and again.verify(found)
+    assert object_files(again) == {f"{entry.name}.data", RECORDS}
+    assert [r["name"] for r in record_lines(root)] == [entry.name]
+    again.close()
+
+
+def test_the_records_file_is_rewritten_before_stale_lines_pile_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(diskcache, "COMPACT_SLACK", 5)
+    root = tmp_path / "cache"
+    cache = DiskCache(root, 1 << 20)
+    for version in range(40):  # one file rewritten: every version appends a line
+        assert publish(cache, "f", b"v%d" % version, f'"{version}"') is not None
+        assert len(record_lines(root)) <= 2 * 1 + 5 + 1
+    assert publish(cache, "g", b"other", '"g"') is not None
+    cache.close()
+    again = DiskCache(root, 1 << 20)
+    assert again.lookup("f", '"39"') is not None and again.lookup("g", '"g"') is not None
+    assert len(record_lines(root)) == 2
     again.close()
 
 
@@ -395,7 +472,7 @@ def test_a_new_version_persists_only_once_complete(tmp_path: Path) -> None:
     assert entry is not None and entry.present is blob.present
     blob.fill(0, content[:1000])
     cache.persist(entry)
-    assert entry.sha256 is None and f"{entry.name}.json" not in object_files(cache)
+    assert entry.sha256 is None and entry.name not in (root / "objects" / RECORDS).read_text()
     blob.fill(1000, content[1000:])
     cache.persist(entry)
     assert entry.sha256 == hashlib.sha256(content).hexdigest()
@@ -422,7 +499,7 @@ def test_an_evicted_entry_stays_readable_through_an_open_blob(tmp_path: Path) ->
     assert blob.read_all() == b"a" * 60
     assert cache.make_room() and cache.lookup("b") is None
     assert not cache.make_room()
-    assert object_files(cache) == set()
+    assert data_files(cache) == set()
     cache.close()
 
 
@@ -447,8 +524,8 @@ def check_cache(cache: DiskCache, model: OrderedDict[str, tuple[str, bytes]]) ->
         entry = cache.lookup(path, etag)
         assert entry is not None, path
         assert entry.size == len(data)
-        names |= {f"{entry.name}.data", f"{entry.name}.json"}
-    assert object_files(cache) == names, "files of entries no longer cached were left"
+        names.add(f"{entry.name}.data")
+    assert data_files(cache) == names, "files of entries no longer cached were left"
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -529,7 +606,7 @@ def test_move_rekeys_a_subtree_and_persists_the_new_paths(tmp_path: Path) -> Non
     assert cache.lookup("e", '"d"') is not None
     assert cache.lookup("dx/c", '"dx/c"') is not None, "a sibling sharing the prefix moved"
     assert [cache.lookup(p) for p in ("d", "d/a", "d/sub/b")] == [None, None, None]
-    assert len(object_files(cache)) == 2 * 4
+    assert len(data_files(cache)) == 4
     cache.close()
     again = DiskCache(root, 1 << 20)
     for path, etag, body in (("e/a", '"d/a"', b"da"), ("e/sub/b", '"d/sub/b"', b"dsb"),
