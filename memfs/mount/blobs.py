@@ -123,6 +123,16 @@ class Blob:
         self._finalizer = weakref.finalize(self, _close_and_unlink, fd,
                                            str(path) if owned else None)
 
+    def move_to(self, path: Path) -> None:
+        """Rename an owned (staging) blob's file to ``path`` and hand it over: from now on the
+        file is the new owner's to remove (the cache's). One rename where a link now and an
+        unlink at close would cost two directory changes."""
+        assert self.owned, "only a staging file moves"
+        os.rename(self.path, path)
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _close_and_unlink, self.fd, None)
+        self.path, self.owned = path, False
+
     @classmethod
     def create(cls, directory: Path, size: int = 0, etag: str | None = None) -> Blob:
         """A new empty staging file of ``size`` bytes (zeros, counted as present unless it is

@@ -211,14 +211,18 @@ class DiskCache:
 
     def publish(self, path: str, blob: Blob, info: ObjectInfo | None) -> Entry | None:
         """Keep a staged blob that is now exactly version ``blob.etag`` of ``path`` (after its
-        upload, or a whole GET). The blob stays usable; the cache links its file."""
+        upload, or a whole GET). The blob stays usable; the cache takes its staging file (or
+        links it, if the blob is already another entry's file)."""
         assert blob.etag is not None, "only a version is cached"
         self.discard(path)
         if (blob.size > self.max_bytes // 4 and not self.persistent) or blob.size > self.max_bytes:
             return None
         name = uuid.uuid4().hex
         try:
-            os.link(blob.path, self._data(name))
+            if blob.owned:
+                blob.move_to(self._data(name))
+            else:
+                os.link(blob.path, self._data(name))
         except OSError as exc:
             log.warning("could not cache %s: %s", path, exc)
             return None

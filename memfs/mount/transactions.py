@@ -132,9 +132,15 @@ class Transactions(DataPath):
                                is_new=shared.is_new, remote_size=shared.remote_size,
                                agent=shared.agent)
             if shared.is_new:
-                private.body = (await self._run(shared.body.size, shared.body.fork,
-                                                self.content.staging)
-                                if shared.body is not None else self._new_blob())
+                if shared.body is None:
+                    private.body = self._new_blob()
+                elif shared.handles == 1 and not shared.body.frozen:
+                    # No other descriptor shares these bytes (the usual create + mark): they
+                    # become the transaction's own, with no copy made.
+                    private.body, shared.body = shared.body, None
+                else:
+                    private.body = await self._run(shared.body.size, shared.body.fork,
+                                                   self.content.staging)
                 private.dirty = True
             elif (shared.body is not None and shared.body.etag is not None
                   and self._current_state(shared) and not shared.dirty):

@@ -301,6 +301,29 @@ def record_lines(root: Path) -> list[dict]:
     return [json.loads(line) for line in (root / "objects" / RECORDS).read_bytes().splitlines()]
 
 
+def test_publishing_takes_the_staging_file_over_and_the_blob_keeps_reading(
+        tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path / "cache", 1 << 20)
+    blob = Blob.create(cache.staging)
+    blob.write(0, b"staged bytes")
+    blob.etag = '"v1"'
+    staged = blob.path
+    entry = cache.publish("f", blob, None)
+    assert entry is not None and not staged.exists() and not blob.owned
+    assert list(cache.staging.iterdir()) == [], "the staging file is the entry's now"
+    assert blob.read_all() == b"staged bytes"
+    again = cache.publish("g", blob, None)  # the same bytes under a second path: a link
+    assert again is not None and cache.lookup("f") is entry
+    blob.close()
+    assert data_files(cache) == {f"{entry.name}.data", f"{again.name}.data"}, \
+        "closing the blob removed a file the cache owns"
+    for e in (entry, again):
+        opened = cache.open(e)
+        assert opened is not None and opened.read_all() == b"staged bytes"
+        opened.close()
+    cache.close()
+
+
 def test_a_persisted_entry_is_found_verified_and_read_after_a_restart(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     data = pattern(1, 50_000)
