@@ -11,7 +11,8 @@ benchmark), one agent at a time, and three tables in one run:
 * **the parts** — client CPU (``time.thread_time``) of one S3 request made the way the daemon
   makes it (``memfs.s3client.make_client``), of the same PUT as the mount now sends it (signed by
   botocore's signer on ``memfs.http1``'s pool, ``memfs.direct``), of the HTTP alone (on urllib3,
-  what ``memfs.direct`` sent on until 2026-12-04, and on ``memfs.http1``),
+  what ``memfs.direct`` sent on until 2026-12-04, and on ``memfs.http1``), of its signing (by
+  botocore's ``S3SigV4Auth``, as until 2026-12-04, and by ``memfs.sigv4``),
   and of one ``trio.to_thread.run_sync`` hop; daemon CPU of one FUSE request answered from
   memory (``listxattr``) and of an open + close of a cached file.
 
@@ -34,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import botocore.auth
+import botocore.awsrequest
 import trio
 import urllib3
 
@@ -129,11 +132,24 @@ def parts(url: str, mnt: Path, pid: int, n: int) -> list[tuple[str, float]]:
     def http_put() -> None:
         pool.request("PUT", f"{url}/{BUCKET}/k", body=BODY, headers=unsigned)
 
+    frozen = direct.credentials.get_frozen_credentials()
+    meta = {"x-amz-meta-memfs-mtime": "1", "User-Agent": "bench"}
+
+    def botocore_sign() -> None:
+        request = botocore.awsrequest.AWSRequest(method="PUT", url=f"{url}/{BUCKET}/k",
+                                                 data=BODY, headers=dict(meta))
+        botocore.auth.S3SigV4Auth(frozen, "s3", REGION).add_auth(request)
+
     rows += [("client: the same PUT as the mount sends it (memfs.direct)", client_cpu_us(
                   lambda: direct.put(BUCKET, "k", BODY, {"x-amz-meta-memfs-mtime": "1"}), n)),
              ("client: the same PUT unsigned on urllib3 (HTTP alone)", client_cpu_us(http_put, n)),
              ("client: the same PUT unsigned on memfs.http1 (what memfs.direct sends on)",
               client_cpu_us(lambda: own.request("PUT", f"/{BUCKET}/k", unsigned, BODY), n)),
+             ("client: signing it, botocore's S3SigV4Auth (memfs.direct until 2026-12-04)",
+              client_cpu_us(botocore_sign, n)),
+             ("client: signing it, memfs.sigv4 (what memfs.direct signs with)", client_cpu_us(
+                 lambda: direct.signer.sign("PUT", own.host_header, f"/{BUCKET}/k", meta, BODY,
+                                            frozen), n)),
              ("trio.to_thread.run_sync of nothing (both threads)", thread_hop_us(n * 5))]
     f = mnt / "cpu-probe.md"
     f.write_bytes(BODY)

@@ -4,9 +4,10 @@ boto3's ``put_object`` spends about 2.5 times the CPU of the request it sends, i
 ``delete_object`` and ``copy_object`` alike (``scripts/bench cpu``: event hooks, endpoint rules
 resolved again for every call, request and response models), and a memory command makes 0.65
 whole-object PUTs, 0.15 DELETEs and 0.10 COPYs. So the mount sends those (``Store.put``,
-``Store.delete``, ``Store.copy``) itself: the request botocore would send, signed by botocore's
-``S3SigV4Auth``, on a keep-alive connection pool of its own (``memfs.http1``: urllib3 spent
-ten times the CPU of the exchange itself). Reads, listings and multipart uploads stay on boto3.
+``Store.delete``, ``Store.copy``) itself: the request botocore would send, signed as botocore's
+``S3SigV4Auth`` signs it (``memfs.sigv4``: botocore's signer cost eight times as much), on a
+keep-alive connection pool of its own (``memfs.http1``: urllib3 spent ten times the CPU of the
+exchange itself). Reads, listings and multipart uploads stay on boto3.
 
 What the client did for these requests and the rest of memfs relies on is kept here:
 
@@ -42,14 +43,12 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import botocore.auth
-import botocore.awsrequest
 import botocore.exceptions
 import botocore.httpsession
 import botocore.session
 
 import memfs
-from memfs import http1
+from memfs import http1, sigv4
 from memfs.s3stats import RequestStats
 
 _S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
@@ -81,9 +80,9 @@ class DirectRequests:
                  max_attempts: int, connect_timeout: float, read_timeout: float,
                  max_connections: int, ca_bundle: str | None) -> None:
         split = urlsplit(endpoint_url)
-        self.origin = f"{split.scheme}://{split.netloc}"
         self.base_path = split.path.rstrip("/")
         self.region = region
+        self.signer = sigv4.Signer(region)
         self.credentials = credentials
         self.max_attempts = max(1, max_attempts)
         self.stats: RequestStats | None = None  # the store's, once it uses these
@@ -142,13 +141,11 @@ class DirectRequests:
     def _attempt(self, method: str, op: str, path: str, body: bytes,
                  headers: Mapping[str, str]
                  ) -> tuple[http1.Response, botocore.exceptions.ClientError | None]:
-        request = botocore.awsrequest.AWSRequest(
-            method=method, url=self.origin + path, data=body,
-            headers={**headers, "User-Agent": USER_AGENT})
-        frozen = self.credentials.get_frozen_credentials()
-        botocore.auth.S3SigV4Auth(frozen, "s3", self.region).add_auth(request)
+        signed = self.signer.sign(method, self.pool.host_header, path,
+                                  {**headers, "User-Agent": USER_AGENT}, body,
+                                  self.credentials.get_frozen_credentials())
         try:
-            resp = self.pool.request(method, path, dict(request.headers.items()), body)
+            resp = self.pool.request(method, path, signed, body)
         except http1.ConnectFailed as exc:
             raise botocore.exceptions.EndpointConnectionError(
                 endpoint_url=self.endpoint_url, error=exc) from exc

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memfs.mount.blobs import Blob, Ranges, disk_usage
 from memfs.mount import diskcache
+from memfs.mount.blobs import Blob, Ranges, disk_usage
 from memfs.mount.diskcache import RECORDS, SESSION_BYTES, CacheInUse, DiskCache
 from memfs.mount.transfer import (
     MAX_PARTS,
