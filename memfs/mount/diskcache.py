@@ -289,6 +289,7 @@ class DiskCache:
         with self._records_lock:
             lines = [(json.dumps(_record(e, e.sha256)) + "\n").encode()
                      for e in self._items.values() if e.sha256 is not None]
+            # Never raises: a cache that cannot record only costs fetches after a restart.
             try:
                 with open(tmp, "wb") as f:
                     f.writelines(lines)
@@ -297,12 +298,15 @@ class DiskCache:
                 # The old file stays (appends go on to it); entries it lacks are fetched again.
                 log.warning("could not rewrite the content cache's records: %s", exc)
                 tmp.unlink(missing_ok=True)
-            else:
-                self._record_lines = len(lines)
+            self._record_lines = len(lines)  # (after a failure: tried again COMPACT_SLACK later)
             if self._records_fd >= 0:
                 os.close(self._records_fd)
-            self._records_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
-                                       | os.O_CLOEXEC, 0o600)
+                self._records_fd = -1
+            try:
+                self._records_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                                           | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                log.warning("content cache records off (nothing kept past this mount): %s", exc)
 
     # -- removing ------------------------------------------------------------------------------
 
@@ -365,7 +369,9 @@ class DiskCache:
                 log.warning("discarding unreadable cache record %s: %s", meta, exc)
         try:
             lines = (self.objects / RECORDS).read_bytes().splitlines()
-        except FileNotFoundError:
+        except OSError as exc:
+            if not isinstance(exc, FileNotFoundError):
+                log.warning("content cache records unreadable, starting empty: %s", exc)
             lines = []
         for number, line in enumerate(lines, 1):
             try:

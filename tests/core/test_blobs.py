@@ -446,6 +446,21 @@ def test_a_record_cut_by_a_crash_loses_that_entry_only(tmp_path: Path) -> None:
     third.close()
 
 
+def test_a_cache_that_cannot_record_still_caches_for_the_mount(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    (root / "objects" / RECORDS).mkdir(parents=True)  # no file can be written there
+    cache = DiskCache(root, 1 << 20)
+    entry = publish(cache, "f", b"kept for now", '"f"')
+    assert entry is not None and entry.sha256 is None, "recorded where nothing can be"
+    blob = cache.open(entry)
+    assert blob is not None and blob.read_all() == b"kept for now"
+    blob.close()
+    cache.close()
+    again = DiskCache(root, 1 << 20)
+    assert again.lookup("f") is None
+    again.close()
+
+
 def test_records_of_an_older_memfs_are_folded_into_the_records_file(tmp_path: Path) -> None:
     """Until 2026-12 each entry had its own ``X.json``: such a cache still serves after an
     upgrade, and its records move into the records file."""
