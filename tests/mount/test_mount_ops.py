@@ -368,3 +368,29 @@ def test_atomic_descriptor_publishes_only_at_fsync(mnt: Path, s3) -> None:
     assert body(s3, "m.md") == b"new version\n"
     os.close(fd)
     assert body(s3, "m.md") == b"new version\n"
+
+
+def test_a_new_file_marked_atomic_keeps_what_was_written_before_and_others_view(
+        mnt: Path, s3) -> None:
+    # Written, then marked (the lone descriptor's bytes become the transaction's own).
+    fd = os.open(mnt / "n.md", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    os.write(fd, b"before ")
+    os.setxattr(fd, "user.memfs.atomic", b"1")
+    os.write(fd, b"after\n")
+    os.fsync(fd)
+    os.close(fd)
+    assert body(s3, "n.md") == b"before after\n"
+    # With a second descriptor on the new file, the transaction starts from a copy: the other
+    # descriptor still reads the shared bytes, not the transaction's.
+    fd1 = os.open(mnt / "two.md", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    fd2 = os.open(mnt / "two.md", os.O_RDWR)
+    try:
+        os.write(fd1, b"shared ")
+        os.setxattr(fd1, "user.memfs.atomic", b"1")
+        os.pwrite(fd1, b"mine\n", 7)
+        assert os.pread(fd2, 100, 0) == b"shared "
+        os.fsync(fd1)
+        assert body(s3, "two.md") == b"shared mine\n"
+    finally:
+        os.close(fd1)
+        os.close(fd2)
