@@ -10,7 +10,7 @@ benchmark), one agent at a time, and three tables in one run:
   agents benchmark at 20 ms per request measures more CPU per command than back to back;
 * **the parts** — client CPU (``time.thread_time``) of one S3 request made the way the daemon
   makes it (``memfs.s3client.make_client``), of the same PUT as the mount now sends it (signed by
-  botocore's signer on ``memfs.http1``'s pool, ``memfs.direct``), of the HTTP alone (on urllib3,
+  ``memfs.sigv4``, on ``memfs.http1``'s pool: ``memfs.direct``), of the HTTP alone (on urllib3,
   what ``memfs.direct`` sent on until 2026-12-04, and on ``memfs.http1``), of its signing (by
   botocore's ``S3SigV4Auth``, as until 2026-12-04, and by ``memfs.sigv4``),
   and of one ``trio.to_thread.run_sync`` hop; daemon CPU of one FUSE request answered from

@@ -33,7 +33,8 @@ by ``max_bytes`` (an entry's full size counts); an entry bigger than the bound i
 ``SESSION_BYTES``, as before the cache moved to disk.
 
 Lives on the trio thread, except ``verify`` and ``persist``, which only read files and append a
-record (under ``_records_lock``), and are what the core runs in a worker thread for big entries.
+record (under ``_records_lock``), and are what the core runs in a worker thread for big entries,
+and the records file's rewrite, which ``background`` runs (a worker thread, in the mount).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import tempfile
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,7 +96,8 @@ class DiskCache:
     INVARIANT: ``_used`` is the sum of the entries' sizes, ≤ ``max_bytes``.
     """
 
-    def __init__(self, root: Path | None, max_bytes: int) -> None:
+    def __init__(self, root: Path | None, max_bytes: int,
+                 background: Callable[[Callable[[], None]], None] | None = None) -> None:
         self.persistent = root is not None and max_bytes > 0
         self.max_bytes = max_bytes if self.persistent else SESSION_BYTES
         self._temporary = root is None
@@ -110,13 +113,19 @@ class DiskCache:
         self._records_lock = threading.Lock()
         self._records_fd = -1
         self._record_lines = 0
+        # While a rewrite is under way: the lines appended since its snapshot (else None).
+        self._appended: list[bytes] | None = None
+        # Runs a rewrite (of the whole records file: seconds for half a million entries) off
+        # the caller's thread; inline when not given (tests, and the start of a mount).
+        self._background = background or (lambda job: job())
         self._lock_fd = self._take_lock()
         for d in (self.staging, self.objects, self.uploads):
             d.mkdir(parents=True, exist_ok=True)
         _empty(self.staging)
         if self.persistent:
             self._load()
-            self._rewrite_records()
+            self._appended = []
+            self._rewrite_records(list(self._items.values()))
         else:
             _empty(self.objects)
 
@@ -141,6 +150,7 @@ class DiskCache:
             if self._records_fd >= 0:
                 os.close(self._records_fd)
                 self._records_fd = -1
+            self._appended = None  # a rewrite still under way is abandoned
         if self._temporary:
             shutil.rmtree(self.root, ignore_errors=True)
         elif not self.persistent:  # --cache-size 0: nothing outlives the mount
@@ -279,26 +289,46 @@ class DiskCache:
                         os.write(self._records_fd, b"\n")
                 return
             self._record_lines += 1
+            if self._appended is not None:
+                self._appended.append(line)
             entry.sha256 = digest
 
-    def _rewrite_records(self) -> None:
-        """Write the records of the persisted entries afresh (temporary file + rename) and
-        append to it from now on. At start, and when stale lines outnumber live ones."""
+    def _rewrite_records(self, entries: list[Entry]) -> None:
+        """Write the records file afresh (temporary file + rename) from ``entries``, a snapshot
+        taken when ``_appended`` started collecting, then the lines appended since, and append
+        to it from now on. Runs in a worker thread (but at start): building the lines is the
+        slow part, done outside the lock; appends go on meanwhile. A line built from an entry
+        that a later append names again is harmless: the last line naming an entry wins.
+        Never raises: a cache that cannot record only costs fetches after a restart."""
         path = self.objects / RECORDS
         tmp = path.with_name(RECORDS + ".tmp")
+        lines = [(json.dumps(_record(e, e.sha256)) + "\n").encode()
+                 for e in entries if e.sha256 is not None]
+        try:
+            with open(tmp, "wb") as f:
+                f.writelines(lines)
+        except OSError as exc:
+            log.warning("could not rewrite the content cache's records: %s", exc)
+            failed = True
+        else:
+            failed = False
         with self._records_lock:
-            lines = [(json.dumps(_record(e, e.sha256)) + "\n").encode()
-                     for e in self._items.values() if e.sha256 is not None]
-            # Never raises: a cache that cannot record only costs fetches after a restart.
-            try:
-                with open(tmp, "wb") as f:
-                    f.writelines(lines)
-                os.replace(tmp, path)
-            except OSError as exc:
-                # The old file stays (appends go on to it); entries it lacks are fetched again.
-                log.warning("could not rewrite the content cache's records: %s", exc)
+            appended, self._appended = self._appended, None
+            if appended is None:  # closed meanwhile: the file as it is stays
                 tmp.unlink(missing_ok=True)
-            self._record_lines = len(lines)  # (after a failure: tried again COMPACT_SLACK later)
+                return
+            if not failed:
+                try:
+                    with open(tmp, "ab") as f:
+                        f.writelines(appended)
+                    os.replace(tmp, path)
+                except OSError as exc:
+                    log.warning("could not rewrite the content cache's records: %s", exc)
+                    failed = True
+            if failed:  # the old file stays (appends go on to it)
+                tmp.unlink(missing_ok=True)
+            # (after a failure: tried again COMPACT_SLACK appends later)
+            self._record_lines = len(lines) + len(appended)
             if self._records_fd >= 0:
                 os.close(self._records_fd)
                 self._records_fd = -1
@@ -345,8 +375,12 @@ class DiskCache:
             # Least recently used first; an entry bigger than the whole bound (a lowered
             # --cache-size at restart) goes too.
             self._drop(next(iter(self._items.values())))
-        if self._records_fd >= 0 and self._record_lines > 2 * len(self._items) + COMPACT_SLACK:
-            self._rewrite_records()
+        if (self._records_fd >= 0 and self._appended is None
+                and self._record_lines > 2 * len(self._items) + COMPACT_SLACK):
+            with self._records_lock:
+                self._appended = []
+            snapshot = list(self._items.values())
+            self._background(lambda: self._rewrite_records(snapshot))
 
     def _drop(self, entry: Entry, remove_files: bool = True) -> None:
         if self._items.get(entry.path) is entry:

@@ -157,8 +157,12 @@ class CoreState:
                     config.uid, config.gid, nlookup=1, meta_known=True)
         self.inodes = InodeTable(root)
         self.handles = HandleTable()
-        # Versions of objects on disk, and the staging area of open files (diskcache).
-        self.content = DiskCache(content_dir(config), config.cache_size)
+        # Versions of objects on disk, and the staging area of open files (diskcache). Its
+        # records file is rewritten in a worker thread once serving (inline before, and in
+        # tests without a serving loop: ``nursery`` is set below).
+        self.content = DiskCache(
+            content_dir(config), config.cache_size,
+            background=lambda job: self.background(job) if self.nursery is not None else job())
         # Namespace changes (create, unlink, rename, ...) claim the directories they change, so
         # none sees another half done; changes in different directories, reads and data
         # transfers run concurrently.

@@ -446,6 +446,34 @@ def test_a_record_cut_by_a_crash_loses_that_entry_only(tmp_path: Path) -> None:
     third.close()
 
 
+@pytest.mark.parametrize("closed_first", [False, True])
+def test_records_appended_while_a_rewrite_runs_elsewhere_are_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, closed_first: bool) -> None:
+    """The rewrite runs off the trio thread: what is appended (a new version, a rename) between
+    its snapshot and its end is in the file it leaves; a rewrite finishing after close leaves
+    the file as it was."""
+    monkeypatch.setattr(diskcache, "COMPACT_SLACK", 3)
+    jobs: list = []
+    root = tmp_path / "cache"
+    cache = DiskCache(root, 1 << 20, background=jobs.append)
+    for version in range(8):
+        assert publish(cache, "f", b"v%d" % version, f'"{version}"') is not None
+    assert len(jobs) == 1, "no rewrite started, or one started while another ran"
+    assert publish(cache, "g", b"during", '"g"') is not None
+    cache.move("f", "moved")
+    if closed_first:
+        cache.close()
+        jobs.pop()()
+    else:
+        jobs.pop()()
+        assert len(record_lines(root)) < 8, "not rewritten"
+        cache.close()
+    again = DiskCache(root, 1 << 20)
+    assert again.lookup("moved", '"7"') is not None and again.lookup("f") is None
+    assert again.lookup("g", '"g"') is not None
+    again.close()
+
+
 def test_a_cache_that_cannot_record_still_caches_for_the_mount(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     (root / "objects" / RECORDS).mkdir(parents=True)  # no file can be written there
