@@ -9,10 +9,10 @@ benchmark), one agent at a time, and three tables in one run:
   wake-up (kernel → daemon, trio → worker thread, worker → trio) costs more, which is why the
   agents benchmark at 20 ms per request measures more CPU per command than back to back;
 * **the parts** — client CPU (``time.thread_time``) of one S3 request made the way the daemon
-  makes it (``memfs.s3client.make_client``), of the same PUT as the mount now sends it (signed by
-  ``memfs.sigv4``, on ``memfs.http1``'s pool: ``memfs.direct``), of the HTTP alone (on urllib3,
-  what ``memfs.direct`` sent on until 2026-12-04, and on ``memfs.http1``), of its signing (by
-  botocore's ``S3SigV4Auth``, as until 2026-12-04, and by ``memfs.sigv4``),
+  makes it (``memfs.s3.client.make_client``), of the same PUT as the mount now sends it (signed
+  by ``memfs.s3.sigv4``, on ``memfs.s3.http1``'s pool: ``memfs.s3.direct``), of the HTTP alone
+  (on urllib3, what ``memfs.s3.direct`` sent on until 2026-12-04, and on ``memfs.s3.http1``), of
+  its signing (by botocore's ``S3SigV4Auth``, as until 2026-12-04, and by ``memfs.s3.sigv4``),
   and of one ``trio.to_thread.run_sync`` hop; daemon CPU of one FUSE request answered from
   memory (``listxattr``) and of an open + close of a cached file.
 
@@ -44,10 +44,10 @@ from bench import targets
 from bench import workloads as w
 from bench.agents import cpu_seconds
 from bench.report import Table
-from memfs import http1
-from memfs.direct import make_direct_requests
 from memfs.handler import MemoryHandler
-from memfs.s3client import make_client
+from memfs.s3 import http1
+from memfs.s3.client import make_client
+from memfs.s3.direct import make_direct_requests
 from tests.support.mounts import Mounts
 from tests.support.s3proxy import S3Proxy
 from tests.support.s3server import KEY_ID, REGION, SECRET
@@ -110,7 +110,7 @@ def thread_hop_us(n: int) -> float:
 def parts(url: str, mnt: Path, pid: int, n: int) -> list[tuple[str, float]]:
     client = make_client(url, REGION)
     rows = [
-        ("client: boto3 put_object, 2 KB (Store.put before memfs.direct)", client_cpu_us(
+        ("client: boto3 put_object, 2 KB (Store.put before memfs.s3.direct)", client_cpu_us(
             lambda: client.put_object(Bucket=BUCKET, Key="k", Body=BODY,
                                       Metadata={"memfs-mtime": "1"}), n)),
         ("client: boto3 head_object", client_cpu_us(
@@ -140,14 +140,14 @@ def parts(url: str, mnt: Path, pid: int, n: int) -> list[tuple[str, float]]:
                                                  data=BODY, headers=dict(meta))
         botocore.auth.S3SigV4Auth(frozen, "s3", REGION).add_auth(request)
 
-    rows += [("client: the same PUT as the mount sends it (memfs.direct)", client_cpu_us(
+    rows += [("client: the same PUT as the mount sends it (memfs.s3.direct)", client_cpu_us(
                   lambda: direct.put(BUCKET, "k", BODY, {"x-amz-meta-memfs-mtime": "1"}), n)),
              ("client: the same PUT unsigned on urllib3 (HTTP alone)", client_cpu_us(http_put, n)),
-             ("client: the same PUT unsigned on memfs.http1 (what memfs.direct sends on)",
+             ("client: the same PUT unsigned on memfs.s3.http1 (what memfs.s3.direct sends on)",
               client_cpu_us(lambda: own.request("PUT", f"/{BUCKET}/k", unsigned, BODY), n)),
-             ("client: signing it, botocore's S3SigV4Auth (memfs.direct until 2026-12-04)",
+             ("client: signing it, botocore's S3SigV4Auth (memfs.s3.direct until 2026-12-04)",
               client_cpu_us(botocore_sign, n)),
-             ("client: signing it, memfs.sigv4 (what memfs.direct signs with)", client_cpu_us(
+             ("client: signing it, memfs.s3.sigv4 (what memfs.s3.direct signs with)", client_cpu_us(
                  lambda: direct.signer.sign("PUT", own.host_header, f"/{BUCKET}/k", meta, BODY,
                                             frozen), n)),
              ("trio.to_thread.run_sync of nothing (both threads)", thread_hop_us(n * 5))]

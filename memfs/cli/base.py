@@ -22,10 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TypeVar
 
-from memfs.bucket import Bucket
 from memfs.ops.errors import S3_ERRORS, OpError, describe_s3_error
 from memfs.ops.locate import SETTINGS, Target, resolve
 from memfs.protocol import NAME as PROG
+from memfs.s3.bucket import Bucket
 
 T = TypeVar("T")
 TRUE_WORDS = {"1", "true", "yes", "on"}
@@ -180,7 +180,7 @@ def locate(args: argparse.Namespace, ctx: Context, path: str | None) -> Target:
 
 
 def on_bucket(target: Target, call: Callable[[Bucket], T]) -> T:
-    """``call(bucket)`` with the target's bucket (``memfs.bucket.Bucket``); an S3 failure becomes
+    """``call(bucket)`` with the target's bucket (``memfs.s3.bucket.Bucket``); an S3 failure becomes
     the one line that names the target's bucket."""
     try:
         return call(Bucket(target.client(), target.bucket))

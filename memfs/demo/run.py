@@ -84,9 +84,9 @@ class Demo:
         return [sys.executable, "-m", "memfs", *args]
 
     def client(self):
-        import boto3
+        from memfs.s3.client import make_client
 
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name=self.region)
+        return make_client(self.endpoint, self.region)
 
     # -- S3 --
     def start_s3(self) -> None:

@@ -25,15 +25,17 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from memfs.direct import make_direct_requests
-from memfs.mount import sdnotify, transfer
+from memfs.mount import sdnotify
 from memfs.mount.config import MountConfig, default_cache_dir
 from memfs.mount.diskcache import CacheInUse
 from memfs.mount.fs import MemFS
 from memfs.mount.quota import Usage
 from memfs.mountinfo import is_mountpoint
-from memfs.s3client import ClientSetupError, make_client
-from memfs.store import Store, StoreError
+from memfs.s3 import transfer
+from memfs.s3.client import make_client
+from memfs.s3.direct import make_direct_requests
+from memfs.s3.errors import ClientSetupError, StoreError
+from memfs.s3.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ On disk (``root`` is ``--cache-dir``/``content-<tag>``, one per mount source and
                       once X.data is complete (and again when a rename moves it); the last line
                       naming X wins, a line whose X.data is gone is stale, an X.data no line
                       names is discarded at the next start, which rewrites the file compactly
-    uploads/          multipart uploads in flight (memfs.mount.transfer), aborted at next start
+    uploads/          multipart uploads in flight (memfs.s3.transfer), aborted at next start
 
 Why one appended file and not a record file per entry (``X.json``, written to a temporary name
 and renamed, as until 2026-12): every upload publishes a new version, and on ext4 the create,
@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from memfs.mount.blobs import Blob, Ranges
-from memfs.objectmeta import ObjectInfo
+from memfs.s3.objectmeta import ObjectInfo
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import Kind, Node
 from memfs.mount.state import NAME_MAX, AttrChange, Caller, Kernel, Opened
 from memfs.mountinfo import mount_entries
-from memfs.store import Store
+from memfs.s3.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ import time
 
 from memfs.mount.nodes import ROOT_INODE, DirCache, Kind, Node, child_path, kind_of_mode, type_bits
 from memfs.mount.state import CoreState
-from memfs.objectmeta import ObjectInfo
-from memfs.store import LIST_PAGE, Listing
+from memfs.s3.objectmeta import ObjectInfo
+from memfs.s3.store import LIST_PAGE, Listing
 
 # A directory with more entries than one LIST page: once its listing expires, single names are
 # probed (_probe) instead of re-listing all of it.

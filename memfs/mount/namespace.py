@@ -26,8 +26,8 @@ from memfs.mount.nodes import (
     type_bits,
 )
 from memfs.mount.state import Caller, fail
-from memfs.objectmeta import ObjectInfo
-from memfs.store import StoreError
+from memfs.s3.errors import StoreError
+from memfs.s3.objectmeta import ObjectInfo
 
 # Files up to this size are read whole when their metadata is first needed (see _read_metadata).
 SMALL_FILE = 256 * 1024

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
-from memfs.objectmeta import ObjectInfo
+from memfs.s3.objectmeta import ObjectInfo
 
 #: The root directory's inode number (FUSE's FUSE_ROOT_ID).
 ROOT_INODE = 1

@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Iterable
 
-from memfs.store import Store
+from memfs.s3.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from memfs.mount.data import DataPath
 from memfs.mount.moves import Move
 from memfs.mount.nodes import Kind, Node, child_path, kind_of_mode
 from memfs.mount.state import fail
-from memfs.objectmeta import ObjectInfo
-from memfs.store import StoreError
+from memfs.s3.errors import StoreError
+from memfs.s3.objectmeta import ObjectInfo
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from memfs.mount.nodes import ROOT_INODE, InodeTable, Kind, Node
 from memfs.mount.pathlocks import PathLocks
 from memfs.mount.quota import Usage
 from memfs.mount.singleflight import SingleFlight
-from memfs.objectmeta import metadata_for
-from memfs.store import Store
+from memfs.s3.objectmeta import metadata_for
+from memfs.s3.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ import time
 import trio
 
 from memfs import protocol
-from memfs.mount import transfer
 from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.diskcache import Entry
 from memfs.mount.handles import OpenFile
@@ -28,8 +27,9 @@ from memfs.mount.listings import BIG_DIR
 from memfs.mount.namespace import Namespace
 from memfs.mount.nodes import Node
 from memfs.mount.state import fail
-from memfs.objectmeta import ObjectInfo, info_from_metadata
-from memfs.store import NotModified, StoreError
+from memfs.s3 import transfer
+from memfs.s3.errors import NotModified, StoreError
+from memfs.s3.objectmeta import ObjectInfo, info_from_metadata
 
 log = logging.getLogger(__name__)
 

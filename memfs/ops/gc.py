@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memfs.bucket import DELETE_BATCH, Bucket, Listed
 from memfs.ops.errors import S3_ERRORS, OpError
 from memfs.ops.history import fmt_time, parse_duration
 from memfs.ops.locate import Target
 from memfs.protocol import META_MTIME
+from memfs.s3.bucket import DELETE_BATCH, Bucket, Listed
 
 HEAD_WORKERS = 8
 #: An incomplete multipart upload this old is someone's crash, not an upload in progress.

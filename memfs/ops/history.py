@@ -29,13 +29,13 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memfs.bucket import Bucket
 from memfs.ops.errors import OpError
 from memfs.ops.locate import Target
 from memfs.protocol import META_AGENT as AGENT_META
 from memfs.protocol import META_MTIME
 from memfs.protocol import META_RESTORED_FROM as RESTORED_FROM_META
 from memfs.protocol import META_WRITER as WRITER_META
+from memfs.s3.bucket import Bucket
 
 HEAD_WORKERS = 8
 DEFAULT_HISTORY_LIMIT = 50

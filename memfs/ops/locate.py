@@ -71,7 +71,7 @@ class Target:
         return rel or "/"
 
     def client(self) -> Any:
-        from memfs.s3client import make_client
+        from memfs.s3.client import make_client
 
         return make_client(self.endpoint_url, self.region)
 

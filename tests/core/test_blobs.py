@@ -23,7 +23,11 @@ from hypothesis import strategies as st
 from memfs.mount import diskcache
 from memfs.mount.blobs import Blob, Ranges, disk_usage
 from memfs.mount.diskcache import RECORDS, SESSION_BYTES, CacheInUse, DiskCache
-from memfs.mount.transfer import (
+from memfs.s3.client import make_client
+from memfs.s3.errors import StoreError
+from memfs.s3.objectmeta import ObjectInfo
+from memfs.s3.store import Store
+from memfs.s3.transfer import (
     MAX_PARTS,
     MIB,
     abort_recorded,
@@ -33,9 +37,6 @@ from memfs.mount.transfer import (
     part_size_for,
     upload_multipart,
 )
-from memfs.objectmeta import ObjectInfo
-from memfs.s3client import make_client
-from memfs.store import Store, StoreError
 from tests.conftest import BUCKET, REGION
 
 PREFIX = "pre/"

@@ -1,4 +1,4 @@
-"""Whole-object PUTs, copies and deletes sent beside boto3 (``memfs.direct``) against S3 (moto
+"""Whole-object PUTs, copies and deletes sent beside boto3 (``memfs.s3.direct``) against S3 (moto
 over HTTP, through the counting and fault-injecting proxy): whatever boto3's calls would leave
 in the bucket, raise, retry and count, the direct requests must too — for hostile keys and
 metadata, lost races, S3 errors and no answer at all."""
@@ -16,9 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memfs.direct import USER_AGENT, DirectRequests, make_direct_requests, sendable
-from memfs.s3client import make_client
-from memfs.store import Store, StoreError
+from memfs.s3.client import make_client
+from memfs.s3.direct import USER_AGENT, DirectRequests, make_direct_requests, sendable
+from memfs.s3.errors import StoreError
+from memfs.s3.store import Store
 from tests.conftest import BUCKET
 from tests.support.s3proxy import (
     INTERNAL_ERROR,

@@ -22,8 +22,8 @@ from memfs.mount.config import MountConfig
 from memfs.mount.fs import MemFS
 from memfs.mount.state import Kernel
 from memfs.protocol import XATTR_ATOMIC
-from memfs.s3client import make_client
-from memfs.store import Store
+from memfs.s3.client import make_client
+from memfs.s3.store import Store
 from tests.conftest import BUCKET
 
 ROOT = pyfuse3.ROOT_INODE

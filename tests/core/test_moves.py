@@ -19,8 +19,8 @@ import trio
 
 from memfs.mount.config import MountConfig
 from memfs.mount.fs import MemFS
-from memfs.s3client import make_client
-from memfs.store import Store
+from memfs.s3.client import make_client
+from memfs.s3.store import Store
 from tests.conftest import BUCKET
 from tests.core.test_fs_unit import CTX, read_file, write_file
 

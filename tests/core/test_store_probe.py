@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from memfs.s3client import make_client
-from memfs.store import PROBE_PAGE, ObjectInfo, Store
+from memfs.s3.client import make_client
+from memfs.s3.store import PROBE_PAGE, ObjectInfo, Store
 from tests.conftest import BUCKET
 
 

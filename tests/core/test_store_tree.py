@@ -10,9 +10,9 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memfs import store as store_module
-from memfs.s3client import make_client
-from memfs.store import Store
+from memfs.s3 import store as store_module
+from memfs.s3.client import make_client
+from memfs.s3.store import Store
 from tests.conftest import BUCKET
 
 SEGMENTS = st.sampled_from(["a", "b", "x.md", "", ".", "..", "d_$folder$", "a-1", "é"])

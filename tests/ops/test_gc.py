@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from memfs.bucket import Bucket
 from memfs.cli import gc as gc_cli
 from memfs.cli.history import main_restore
 from memfs.ops import gc, install
 from memfs.ops.locate import Target
+from memfs.s3.bucket import Bucket
 from tests.conftest import BUCKET, memfs_cmd
 from tests.system.test_systemd import unit_settings
 

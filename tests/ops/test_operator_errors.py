@@ -15,7 +15,7 @@ from pathlib import Path
 import botocore.exceptions
 import pytest
 
-from memfs.store import translate
+from memfs.s3.errors import translate
 from tests.conftest import BUCKET, is_mounted
 from tests.ops.test_cli import memfs, mountpoint, one_line_error  # noqa: F401 (fixture)
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 
 from memfs.handler import CommandError, MemoryHandler
-from memfs.s3client import make_client
+from memfs.s3.client import make_client
 from tests.conftest import BUCKET
 from tests.support.agents import (
     SoloAgent,

@@ -1,4 +1,4 @@
-"""An in-memory stand-in for ``memfs.store.Store``: the same methods and errors, no HTTP.
+"""An in-memory stand-in for ``memfs.s3.store.Store``: the same methods and errors, no HTTP.
 
 For tests of the mount's core without S3 or a kernel (the reference-model test). It keeps what
 S3 semantics the core relies on: ETags that change with every write, conditional PUT (If-Match /
@@ -16,8 +16,9 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
-from memfs.objectmeta import ObjectInfo, info_from_metadata
-from memfs.store import Listing, NotModified, StoreError
+from memfs.s3.errors import NotModified, StoreError
+from memfs.s3.objectmeta import ObjectInfo, info_from_metadata
+from memfs.s3.store import Listing
 
 
 class MemoryStore:

@@ -313,7 +313,7 @@ class Request:
     bytes_out: int = 0
     started: float = field(default_factory=time.monotonic)
     answered: float | None = None  # when S3's answer came back (relayed requests)
-    user_agent: str = ""  # which client sent it (boto3's, or memfs.direct's)
+    user_agent: str = ""  # which client sent it (boto3's, or memfs.s3.direct's)
 
 
 # --- HTTP plumbing ----------------------------------------------------------------------------

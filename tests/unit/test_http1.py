@@ -1,4 +1,4 @@
-"""``memfs.http1``, the direct requests' HTTP/1.1 client: answers framed every way RFC 9112
+"""``memfs.s3.http1``, the direct requests' HTTP/1.1 client: answers framed every way RFC 9112
 allows and cut anywhere by TCP parse to what was sent (property test on a scripted socket), and
 against real loopback servers, plain and TLS: keep-alive reuse, connections the server ends or
 closes while idle, interim answers, nonsense, silence, refused connections and bad certificates
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memfs import http1
+from memfs.s3 import http1
 
 # -- the parser, on a socket that hands out scripted fragments --------------------------------
 

@@ -1,4 +1,4 @@
-"""``memfs.sigv4`` signs exactly as botocore's ``S3SigV4Auth`` (differential, over generated
+"""``memfs.s3.sigv4`` signs exactly as botocore's ``S3SigV4Auth`` (differential, over generated
 requests at one fixed instant)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memfs import http1
-from memfs.sigv4 import Signer
+from memfs.s3 import http1
+from memfs.s3.sigv4 import Signer
 
 # Header values as S3 requests carry them: printable ASCII with runs of spaces and tabs.
 values = st.text(st.sampled_from(list("abcXYZ019 -_.:/=\"'*\t")), max_size=20)

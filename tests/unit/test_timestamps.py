@@ -1,4 +1,4 @@
-"""memfs.s3client.parse_timestamp against botocore's own parser (dateutil): the same instant for
+"""memfs.s3.client.parse_timestamp against botocore's own parser (dateutil): the same instant for
 every timestamp S3 sends, in both of its formats, and botocore's answer for anything else."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import botocore.utils
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memfs.s3client import parse_timestamp
+from memfs.s3.client import parse_timestamp
 
 INSTANTS = st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1),
                         timezones=st.just(UTC))

@@ -5,8 +5,8 @@ boto3's ``put_object`` spends about 2.5 times the CPU of the request it sends, i
 resolved again for every call, request and response models), and a memory command makes 0.65
 whole-object PUTs, 0.15 DELETEs and 0.10 COPYs. So the mount sends those (``Store.put``,
 ``Store.delete``, ``Store.copy``) itself: the request botocore would send, signed as botocore's
-``S3SigV4Auth`` signs it (``memfs.sigv4``: botocore's signer cost eight times as much), on a
-keep-alive connection pool of its own (``memfs.http1``: urllib3 spent ten times the CPU of the
+``S3SigV4Auth`` signs it (``memfs.s3.sigv4``: botocore's signer cost eight times as much), on a
+keep-alive connection pool of its own (``memfs.s3.http1``: urllib3 spent ten times the CPU of the
 exchange itself). Reads, listings and multipart uploads stay on boto3.
 
 What the client did for these requests and the rest of memfs relies on is kept here:
@@ -48,8 +48,8 @@ import botocore.httpsession
 import botocore.session
 
 import memfs
-from memfs import http1, sigv4
-from memfs.s3stats import RequestStats
+from memfs.s3 import http1, sigv4
+from memfs.s3.stats import RequestStats
 
 _S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 #: In server logs (and the tests' proxy) these requests name their sender, as boto3's do.

@@ -5,7 +5,7 @@ it in worker threads (``trio.to_thread``) so the event loop never waits on the n
 
 Layout (see docs/SEMANTICS.md): the file ``a/b.md`` under prefix ``p/`` is the object ``p/a/b.md``;
 an empty directory is a zero-byte marker ``p/a/``; directories implied by deeper keys exist too.
-Attributes follow s3fs-fuse's convention in user metadata (``memfs.objectmeta`` reads and writes
+Attributes follow s3fs-fuse's convention in user metadata (``memfs.s3.objectmeta`` reads and writes
 it). A symlink is an object whose body is the target and whose mode says ``S_IFLNK``, as s3fs
 writes it.
 
@@ -26,10 +26,11 @@ from typing import Any
 
 import botocore.exceptions
 
-from memfs.direct import DirectRequests, sendable
-from memfs.objectmeta import ObjectInfo, info_from_metadata
 from memfs.protocol import WRITE_PROBE
-from memfs.s3stats import RequestStats
+from memfs.s3.direct import DirectRequests, sendable
+from memfs.s3.errors import NotModified, StoreError, translate, translate_conditional
+from memfs.s3.objectmeta import ObjectInfo, info_from_metadata
+from memfs.s3.stats import RequestStats
 
 log = logging.getLogger(__name__)
 
@@ -39,44 +40,8 @@ PROBE_PAGE = 100
 #: The most keys S3 returns per LIST page.
 LIST_PAGE = 1000
 
-# S3 error codes → errno. Anything not listed is EIO. PreconditionFailed means "someone else
-# changed the object since we read it": ESTALE, as gcsfuse reports a lost race.
-_ERRNO_BY_CODE = {
-    "NoSuchKey": errno.ENOENT,
-    "404": errno.ENOENT,
-    "NotFound": errno.ENOENT,
-    "NoSuchBucket": errno.ENOENT,
-    "NoSuchUpload": errno.ENOENT,  # a multipart upload already aborted or completed
-    "AccessDenied": errno.EACCES,
-    "403": errno.EACCES,
-    "Forbidden": errno.EACCES,
-    "InvalidAccessKeyId": errno.EACCES,
-    "SignatureDoesNotMatch": errno.EACCES,
-    "ExpiredToken": errno.EACCES,
-    "InvalidToken": errno.EACCES,
-    "PreconditionFailed": errno.ESTALE,
-    "412": errno.ESTALE,
-    "ConditionalRequestConflict": errno.ESTALE,
-    "KeyTooLongError": errno.ENAMETOOLONG,
-    "EntityTooLarge": errno.EFBIG,
-    "InvalidObjectName": errno.EINVAL,
-}
-
-
 #: A write condition's header -> boto3's parameter for it.
 _PARAM = {"If-Match": "IfMatch", "If-None-Match": "IfNoneMatch"}
-
-
-class StoreError(OSError):
-    """An S3 failure with the errno the filesystem should report."""
-
-    def __init__(self, err: int, message: str, code: str = "") -> None:
-        super().__init__(err, message)
-        self.code = code
-
-
-class NotModified(Exception):
-    """A conditional GET found the cached version still current."""
 
 
 @dataclass
@@ -94,44 +59,6 @@ class Listing:
 def _info_from_head(resp: dict, key: str) -> ObjectInfo:
     return info_from_metadata(int(resp.get("ContentLength", 0)), resp["ETag"],
                               resp["LastModified"].timestamp(), resp.get("Metadata") or {}, key)
-
-
-def _request_id(exc: Exception) -> str:
-    if isinstance(exc, botocore.exceptions.ClientError):
-        md = exc.response.get("ResponseMetadata", {})
-        return md.get("RequestId") or md.get("HostId") or "-"
-    return "-"
-
-
-def one_line(text: object) -> str:
-    """An exception's text on one line: botocore's validation errors span several ("Parameter
-    validation failed:" then the reason), and a log line or a readiness report keeps only one."""
-    return " ".join(str(text).split())
-
-
-def translate(exc: Exception, op: str, key: str) -> StoreError:
-    """Map a boto3/botocore exception to a StoreError, logging it once with the request id."""
-    if isinstance(exc, botocore.exceptions.ClientError):
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        err = _ERRNO_BY_CODE.get(code, errno.EIO)
-        message = one_line(exc.response.get("Error", {}).get("Message", "") or code)
-        level = logging.DEBUG if err in (errno.ENOENT, errno.ESTALE) else logging.WARNING
-        log.log(level, "S3 %s %s failed: %s %s (request id %s)", op, key, code, message,
-                _request_id(exc))
-        return StoreError(err, f"{op} {key}: {code} {message}", code)
-    if isinstance(exc, botocore.exceptions.BotoCoreError | OSError):
-        log.warning("S3 %s %s failed: %s", op, key, one_line(exc))
-        return StoreError(errno.EIO, f"{op} {key}: {one_line(exc)}", type(exc).__name__)
-    raise exc
-
-
-def translate_conditional(exc: Exception, op: str, key: str) -> StoreError:
-    """Like `translate`, for a request conditional on the version we hold (``If-Match``): the
-    object being gone (404) is a lost race too, as a 412 is: ESTALE."""
-    err = translate(exc, op, key)
-    if err.errno == errno.ENOENT:
-        return StoreError(errno.ESTALE, f"{op} {key}: deleted by another writer", err.code)
-    return err
 
 
 class Store:
@@ -158,7 +85,7 @@ class Store:
 
     def send_directly(self, direct: DirectRequests | None) -> None:
         """Send whole-object PUTs, copies and deletes as signed requests beside the client
-        (``memfs.direct``: a third of the CPU); None keeps them on boto3."""
+        (``memfs.s3.direct``: a third of the CPU); None keeps them on boto3."""
         self.direct = direct
         if direct is not None:
             direct.stats = self.stats

@@ -4,7 +4,7 @@
 Why not botocore's signer: it costs about 140 µs of CPU per request (its header map is an
 ``email.message.Message``, and every header passes through the e-mail policy's checks), this
 about 17 µs (``scripts/bench cpu``), and every memory command that changes a file sends one
-signed request. ``memfs.direct`` is its only user, so it covers what that sends and no more:
+signed request. ``memfs.s3.direct`` is its only user, so it covers what that sends and no more:
 
 * a path already percent-encoded (S3 paths are signed as sent, not normalised) and no query;
 * the payload always signed: ``X-Amz-Content-SHA256`` is the body's SHA-256 (botocore signs the

@@ -4,7 +4,7 @@ one origin, thread-safe, each request's whole answer read into memory.
 Why not urllib3: for a 2 KB PUT on loopback, urllib3 (on http.client) spends about 500 µs of
 CPU, ten times the ~50 µs of the exchange itself (``scripts/bench cpu``: header validation,
 http.client's e-mail parser for the response headers, Retry and Timeout objects, the pool's
-queue). ``memfs.direct`` sends PutObject, CopyObject and DeleteObject, whose requests are built
+queue). ``memfs.s3.direct`` sends PutObject, CopyObject and DeleteObject, whose requests are built
 whole and whose answers are small, so what it needs of HTTP is short:
 
 * a request is the head (request line, ``Host``, the caller's headers, ``Content-Length``) and

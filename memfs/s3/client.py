@@ -1,8 +1,8 @@
 """How memfs makes its boto3 S3 client: the settings every S3 clone accepts, bounded retries,
 a connection pool the daemon's limiter matches, and a timestamp parser without dateutil.
 
-The mount (``memfs.store``), the operator tools (``memfs.ops``) and the benchmarks all make their
-client here, so that they talk to S3 alike; ``memfs.direct`` sends the mount's whole-object
+The mount (``memfs.s3.store``), the operator tools (``memfs.ops``) and the benchmarks all make their
+client here, so that they talk to S3 alike; ``memfs.s3.direct`` sends the mount's whole-object
 PUTs, copies and deletes beside this client, to its endpoint, with its credentials chain.
 """
 
@@ -17,7 +17,9 @@ import botocore.session
 import botocore.utils
 from botocore.config import Config
 
-from memfs.store import one_line
+from memfs.s3.errors import ClientSetupError, one_line
+
+__all__ = ["ClientSetupError", "make_client", "parse_timestamp"]
 
 
 def parse_timestamp(value: str) -> datetime:
@@ -39,11 +41,6 @@ def parse_timestamp(value: str) -> datetime:
     except (TypeError, ValueError):
         pass
     return botocore.utils.parse_timestamp(value)
-
-
-class ClientSetupError(Exception):
-    """boto3 cannot make a client from the settings (an endpoint in ``AWS_ENDPOINT_URL_S3`` that
-    is not a URL, an ``AWS_PROFILE`` that does not exist); ``str()`` is one line."""
 
 
 def make_client(

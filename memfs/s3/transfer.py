@@ -25,11 +25,26 @@ import logging
 import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Protocol
 
-from memfs.mount.blobs import Blob
-from memfs.store import Store, StoreError, translate, translate_conditional
+from memfs.s3.errors import StoreError, translate, translate_conditional
+from memfs.s3.store import Store
 
 log = logging.getLogger(__name__)
+
+
+class Blob(Protocol):
+    """The bytes of one file version as transfers need them (``memfs.mount.blobs.Blob`` is
+    one): read in ranges for uploads, filled in ranges by ranged GETs."""
+
+    @property
+    def size(self) -> int: ...
+
+    def read(self, offset: int, length: int, /) -> bytes: ...
+
+    def read_all(self) -> bytes: ...
+
+    def fill(self, offset: int, data: bytes, /) -> None: ...
 
 #: S3's limits: at most 10,000 parts, each at least 5 MiB except the last.
 MAX_PARTS = 10_000

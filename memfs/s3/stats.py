@@ -63,7 +63,7 @@ class RequestStats:
     def record(self, op: str, outcome: str, retries: int, key: str, started: float | None,
                detail: object) -> None:
         """Count one call (and log its line at debug level); also for requests sent beside
-        boto3 (``memfs.direct``)."""
+        boto3 (``memfs.s3.direct``)."""
         if outcome == "4xx" and WRITE_PROBE in key:
             outcome = "ok"  # the mount-time write probe must be refused: that is its success
         with self._lock:

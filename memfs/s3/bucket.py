@@ -3,7 +3,7 @@
 `memfs history`, `restore`, `log` and `gc` (``memfs.ops``) read and change a bucket without a
 mount: listings of every key or every version under a prefix, HEADs of one key or one version,
 deletes a thousand at a time, and the server-side copy that restores an old version. They do it
-through `Bucket`, so that with `memfs.store` (the mount's view: paths, conditional writes,
+through `Bucket`, so that with `memfs.s3.store` (the mount's view: paths, conditional writes,
 sanitised metadata) this is one of the two modules that talk to boto3. S3 failures stay botocore
 exceptions here; ``memfs.ops.errors`` words them for the command line.
 """
