@@ -79,9 +79,11 @@ class Capabilities:
 
     @property
     def conditional_multipart(self) -> bool:
-        """Whether a multipart upload can be completed on a condition (both kinds): if not,
-        files are written with one conditional PUT however big (up to S3's 5 GiB)."""
-        return bool(self.complete_if_match and self.complete_if_none_match)
+        """Whether a multipart upload keeps the conditions a PUT keeps: if not, files are
+        written with one conditional PUT however big (up to S3's 5 GiB). True where PUT keeps
+        none either (If-Match ignored): a single PUT would then buy nothing."""
+        return bool(self.complete_if_match and self.complete_if_none_match) or \
+            not self.enforces_if_match
 
     def condition_etag(self, etag: str) -> str:
         """``etag`` spelt as this endpoint's ``If-Match`` accepts it."""
