@@ -1,5 +1,5 @@
 """At start a writable mount asks the endpoint what it enforces (``memfs.s3.endpoint``: each
-condition matching and stale, about fifteen requests), because no-silent-lost-update rests on
+condition matching and stale, sixteen requests), because no-silent-lost-update rests on
 it. Against an endpoint that ignores ``If-Match`` (the proxy drops the headers before moto sees
 them) the operator is warned, on the terminal of a background mount and in the log; against one
 that enforces them nothing is said; against one with Ceph RGW 16.2's quirks the mount adapts.
