@@ -125,6 +125,7 @@ class _Probe:
         tag = secrets.token_hex(8)
         self.key = store.key(WRITE_PROBE + tag)
         self.copy_key = store.key(WRITE_PROBE + tag + "-copy")
+        self.versions: list[tuple[str, str]] = []  # (key, version id) made on a versioned bucket
 
     def call(self, op: str, headers: dict[str, str] | None = None, **kwargs: Any
              ) -> dict[str, Any] | int:
@@ -136,7 +137,8 @@ class _Probe:
                 params["headers"].update(headers)
             self.client.meta.events.register_first(f"before-call.s3.{op}", handler)
         try:
-            return getattr(self.client, _SNAKE[op])(Bucket=self.bucket, **kwargs)
+            answer: dict[str, Any] = getattr(self.client, _SNAKE[op])(Bucket=self.bucket,
+                                                                       **kwargs)
         except botocore.exceptions.ClientError as exc:
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
             err = translate(exc, op, kwargs.get("Key", ""))
@@ -148,6 +150,19 @@ class _Probe:
         finally:
             if handler is not None:
                 self.client.meta.events.unregister(f"before-call.s3.{op}", handler)
+        version = answer.get("VersionId")
+        if version and version != "null" and "VersionId" not in kwargs:
+            # A versioned bucket keeps every version (and delete marker) the probe makes: they
+            # are removed by id at the end, so that history shows none of them.
+            self.versions.append((kwargs.get("Key") or self.key, version))
+        return answer
+
+    def remove_all(self) -> None:
+        """Delete the probe's keys, and on a versioned bucket every version it made."""
+        for key in (self.key, self.copy_key):
+            self.call("DeleteObject", Key=key)
+        for key, version in self.versions:
+            self.call("DeleteObject", Key=key, VersionId=version)
 
     def put(self, body: bytes, **kwargs: Any) -> dict[str, Any] | int:
         return self.call("PutObject", Key=self.key, Body=body, **kwargs)
@@ -195,11 +210,10 @@ def probe_endpoint(store: Any) -> Capabilities:
     finally:
         # One DELETE per key, not a DeleteObjects: its keys are in the body, and the request
         # counters (and the test proxy) tell the probe's requests by the key in the URL.
-        for key in (p.key, p.copy_key):
-            try:
-                p.call("DeleteObject", Key=key)
-            except Exception as exc:  # a leftover probe key is only untidy
-                log.warning("could not remove the endpoint probe's key %s: %s", key, exc)
+        try:
+            p.remove_all()
+        except Exception as exc:  # a leftover probe key is only untidy
+            log.warning("could not remove the endpoint probe's keys: %s", exc)
 
 
 def _probe(p: _Probe) -> Capabilities:

@@ -139,3 +139,21 @@ def test_a_read_only_mount_does_not_probe(s3, proxy: S3Proxy, tmp_path: Path) ->
         assert "PUT" not in proxy.counts()
     finally:
         umount(mp)
+
+
+def test_on_a_versioned_bucket_the_probe_leaves_no_version_behind(s3, proxy: S3Proxy,
+                                                                   tmp_path: Path) -> None:
+    """Every mount probes: on a versioned bucket its versions and delete markers would pile up
+    in history. It removes each by id."""
+    s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    mp = tmp_path / "mp"
+    mp.mkdir()
+    out = mount(proxy.url, mp, tmp_path)
+    assert out.returncode == 0, out.stderr
+    try:
+        listed = s3.list_object_versions(Bucket=BUCKET)
+        left = [v["Key"] for v in listed.get("Versions", []) + listed.get("DeleteMarkers", [])]
+        assert left == []
+        assert status_of(mp)["endpoint"]["probed"] is True
+    finally:
+        umount(mp)
