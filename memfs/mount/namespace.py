@@ -303,6 +303,7 @@ class Namespace(Listings):
                            directory=True, content_type=protocol.DIR_CONTENT_TYPE)
             node = self.inodes.add(path, Kind.DIR, dir_mode, ctx.uid, ctx.gid)
             node.meta_known = True
+            node.set_own_mode(dir_mode)
             node.mtime = node.validated_at = now
             node.listing = DirCache({}, set(), now, has_marker=True)
             self._listing_add(parent.path, text, node)
@@ -370,6 +371,7 @@ class Namespace(Listings):
             kind = kind_of_mode(mode)
             node = self.inodes.add(path, kind, mode, ctx.uid, ctx.gid)
             node.apply_info(info, now)
+            node.set_own_mode(mode)
             node.rdev = rdev
             self._listing_add(parent.path, text, node)
             self.inodes.hold(node)

@@ -118,6 +118,9 @@ class Node:
     etag: str | None = None
     # True when mode/uid/gid came from object metadata (or our own write), not defaults.
     meta_known: bool = False
+    # The permission bits a user of this mount gave it (create, mkdir, chmod; None: none did).
+    # Bits read from the bucket that differ are a bucket writer's: ``shown_mode`` clamps them.
+    own_mode: int | None = None
     symlink_target: bytes | None = None
     validated_at: float = 0.0
     nlookup: int = 0
@@ -140,6 +143,20 @@ class Node:
 
     def name(self) -> str:
         return self.path.rpartition("/")[2]
+
+    def shown_mode(self, limit: int | None) -> int:
+        """The mode the kernel decides access by: the node's own, except that bits read from
+        the bucket (not what a user of this mount set) are clamped to ``limit`` (None: no
+        clamp, see `mode_limit`). A bucket writer never widens access; sticky stays."""
+        perm = stat.S_IMODE(self.mode)
+        if limit is None or perm == self.own_mode:
+            return self.mode
+        return stat.S_IFMT(self.mode) | (perm & limit)
+
+    def set_own_mode(self, mode: int) -> None:
+        """A user of this mount set the permission bits (create, mkdir, chmod)."""
+        self.mode = stat.S_IFMT(self.mode) | stat.S_IMODE(mode)
+        self.own_mode = stat.S_IMODE(mode)
 
     def parent_path(self) -> str:
         return parent_of(self.path)
@@ -165,6 +182,17 @@ class Node:
             self.rdev = info.rdev
         self.etag = info.etag
         self.validated_at = now
+
+
+def mode_limit(allow_other: bool, file_mode: int, dir_mode: int) -> int | None:
+    """What permission bits read from the bucket may grant on this mount (docs/SEMANTICS.md,
+    "Modes from the bucket"): None (anything) when only the mount's user can enter it (no
+    ``--allow-other``); else the owner's bits, the sticky bit (it only restricts) and the group
+    and other bits the mount's ``--umask``/``--file-mode``/``--dir-mode`` grant — never
+    set-user-ID or set-group-ID."""
+    if not allow_other:
+        return None
+    return stat.S_ISVTX | 0o700 | ((file_mode | dir_mode) & 0o077)
 
 
 def child_path(parent: str, name: str) -> str:
