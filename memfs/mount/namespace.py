@@ -9,6 +9,7 @@ attributes share one request (``CoreState.flights``).
 from __future__ import annotations
 
 import errno
+import logging
 import stat
 import time
 
@@ -28,6 +29,8 @@ from memfs.mount.nodes import (
 from memfs.mount.state import Caller, fail
 from memfs.s3.errors import StoreError
 from memfs.s3.objectmeta import ObjectInfo
+
+log = logging.getLogger(__name__)
 
 # Files up to this size are read whole when their metadata is first needed (see _read_metadata).
 SMALL_FILE = 256 * 1024
@@ -325,8 +328,25 @@ class Namespace(Listings):
             if not (await self._listing(node)).names() == []:
                 raise fail(errno.ENOTEMPTY)
             await self._s3(self.store.delete, node.path, directory=True)
+            await self._remove_shadowed(parent, text)
             self.inodes.detach(node.path)
             self._listing_remove(parent.path, text)
+
+    async def _remove_shadowed(self, parent: Node, name: str) -> None:
+        """S3 also held a file of the directory's name, hidden by it (a directory wins): it
+        goes with the directory, or it would show up once the directory is gone — a name
+        reported removed that comes back (docs/SEMANTICS.md, "A file and a directory of the
+        same name")."""
+        shadowed = parent.listing.shadowed.pop(name, None) if parent.listing else None
+        if shadowed is None:
+            return
+        path = child_path(parent.path, name)
+        await self._settled(path)
+        await self._s3(self.store.delete, path)
+        self.usage.removed(shadowed.size)
+        self.content.discard(path)
+        log.warning("rmdir %s: also deleted the object %s%s it hid (a file and a directory of "
+                    "one name)", path, self.config.prefix, path)
 
     async def unlink(self, parent_inode: int, text: str) -> None:
         parent = self._dir(parent_inode)

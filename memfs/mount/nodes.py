@@ -67,6 +67,9 @@ class DirCache:
     has_marker: bool = False
     # When the LIST behind it was sent: anything this mount learned later is newer than it.
     started: float = 0.0
+    # Files S3 holds under the name of a subdirectory, hidden by it (Store._prefer_directories):
+    # removing that directory removes them too, so the name does not come back as a file.
+    shadowed: dict[str, ObjectInfo] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return sorted(self.dirs | self.files.keys())
