@@ -280,9 +280,8 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def readdir(self, fh: int, start_id: int, token) -> None:
-        entries = await self.core.dir_entries(fh)
-        for i in range(start_id, len(entries)):
-            name, node = entries[i]
+        # One page at a time: the metadata of entries the kernel never asks for is not read.
+        for i, name, node in await self.core.dir_page(fh, start_id):
             if not pyfuse3.readdir_reply(token, name.encode(), self._attrs(node), i + 1):
                 break
             if i >= 2:  # '.' and '..' do not count as lookups

@@ -20,6 +20,7 @@ from memfs.mount.listings import Listings
 from memfs.mount.nodes import (
     ROOT_INODE,
     DirCache,
+    DirSnapshot,
     Kind,
     Node,
     child_path,
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 
 # Files up to this size are read whole when their metadata is first needed (see _read_metadata).
 SMALL_FILE = 256 * 1024
+# How many entries' metadata one readdir reads at most (concurrently): a kernel readdirplus
+# reply holds a few dozen entries, and a reader that stops early must not pay for the rest.
+READDIR_PAGE = 128
 
 
 class Namespace(Listings):
@@ -231,13 +235,53 @@ class Namespace(Listings):
         return fh
 
     async def dir_entries(self, fh: int) -> list[tuple[str, Node]]:
-        """``.``, ``..``, then the entries by name: a snapshot taken at the handle's first
-        read (one listing, and the metadata of entries this mount has not read yet)."""
-        inode, entries = self.handles.dirs[fh]
-        if entries is None:
-            entries = await self._snapshot(self._dir(inode))
-            self.handles.dirs[fh] = (inode, entries)
-        return entries
+        """``.``, ``..``, then every entry by name (``dir_page`` to the end)."""
+        out: list[tuple[str, Node]] = []
+        start = 0
+        while page := await self.dir_page(fh, start):
+            out += [(name, node) for _, name, node in page]
+            start = page[-1][0] + 1
+        return out
+
+    async def dir_page(self, fh: int, start: int) -> list[tuple[int, str, Node]]:
+        """The entries from offset ``start`` on as (offset, name, node): at least one unless
+        the directory ends, with metadata read for at most ``READDIR_PAGE`` new entries. The
+        names are a snapshot taken at the handle's first read (one listing)."""
+        inode, snap = self.handles.dirs[fh]
+        if snap is None:
+            node = self._dir(inode)
+            listing = await self._listing(node)
+            parent = self.inodes.at(node.parent_path()) or node
+            snap = DirSnapshot(node, parent, listing, listing.names())
+            self.handles.dirs[fh] = (inode, snap)
+        out = [(i, name, n) for i, name, n in ((0, ".", snap.node), (1, "..", snap.parent))
+               if i >= start]
+        total = len(snap.names) + 2
+        i, shown = max(start, 2), len(out)
+        while i < total and len(out) == shown:  # a page of vanished entries: the next one
+            end = min(total, i + READDIR_PAGE)
+            await self._read_page(snap, i - 2, end - 2)
+            out += [(j, snap.names[j - 2], n) for j in range(i, end)
+                    if (n := snap.found[j - 2]) is not None]
+            i = end
+        return out
+
+    async def _read_page(self, snap: DirSnapshot, lo: int, hi: int) -> None:
+        """Nodes, with their stored metadata, for ``snap.names[lo:hi]`` not made yet."""
+        todo = [k for k in range(lo, hi) if k not in snap.found]
+        if not todo:
+            return
+        children = []
+        for k in todo:
+            child = self._sync_child(snap.node, snap.names[k], snap.listing)
+            if child is None:
+                snap.found[k] = None
+            else:
+                children.append((snap.names[k], child))
+        known = dict(await self._with_metadata(children))
+        for k in todo:
+            if k not in snap.found:
+                snap.found[k] = known.get(snap.names[k])
 
     async def fsyncdir(self, fh: int) -> None:
         """Return once S3 has every deferred move into or out of the directory; a move that
@@ -248,16 +292,6 @@ class Namespace(Listings):
         failure = self.moves.take_failure(node.path)
         if failure is not None:
             raise fail(failure.errno or errno.EIO)
-
-    async def _snapshot(self, node: Node) -> list[tuple[str, Node]]:
-        listing = await self._listing(node)
-        parent = self.inodes.at(node.parent_path()) or node
-        children: list[tuple[str, Node]] = []
-        for name in listing.names():
-            child = self._sync_child(node, name, listing)
-            if child is not None:
-                children.append((name, child))
-        return [(".", node), ("..", parent), *await self._with_metadata(children)]
 
     async def _with_metadata(self, children: list[tuple[str, Node]]) -> list[tuple[str, Node]]:
         """The entries with their stored type, mode, owner and mtime, read where unknown.
@@ -292,9 +326,9 @@ class Namespace(Listings):
         return [(name, n) for (name, _), n in zip(children, found, strict=True) if n is not None]
 
     def releasedir(self, fh: int) -> None:
-        _inode, entries = self.handles.dirs.pop(fh, (0, None))
-        for _name, node in (entries or [])[2:]:
-            if node.nlookup == 0:
+        _inode, snap = self.handles.dirs.pop(fh, (0, None))
+        for node in (snap.found.values() if snap is not None else ()):
+            if node is not None and node.nlookup == 0:
                 self.inodes.forget(node.inode, 0)
 
     async def mkdir(self, parent_inode: int, text: str, mode: int, ctx: Caller) -> Node:

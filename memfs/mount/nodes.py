@@ -187,6 +187,24 @@ class Node:
         self.validated_at = now
 
 
+@dataclass
+class DirSnapshot:
+    """A directory handle's entries, fixed at its first read (readdir offsets must stay stable:
+    offset 0 is ``.``, 1 is ``..``, 2 + k is ``names[k]``). Only names are held for the whole
+    directory; a name's node, and its stored metadata, are made page by page as the kernel
+    reads (``Namespace.dir_page``): a reader that stops early (the memory tool's bounded view)
+    costs the daemon only the pages it read, whatever the directory holds.
+
+    INVARIANT: ``found`` keys are indexes into ``names``; a value of None: the entry vanished.
+    """
+
+    node: Node
+    parent: Node
+    listing: DirCache
+    names: list[str]
+    found: dict[int, Node | None] = field(default_factory=dict)
+
+
 def mode_limit(allow_other: bool, file_mode: int, dir_mode: int) -> int | None:
     """What permission bits read from the bucket may grant on this mount (docs/SEMANTICS.md,
     "Modes from the bucket"): None (anything) when only the mount's user can enter it (no
