@@ -28,6 +28,7 @@ from memfs.cli.base import (
 )
 from memfs.cli.completion import DIRECTORY, complete_as
 from memfs.cli.fuse_conventions import SourceError, apply_options, parse_source
+from memfs.mount.cachetrust import private_dirs
 from memfs.mount.config import ConfigError, MountConfig, default_cache_dir
 
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -290,7 +291,7 @@ def _usable(directory: Path) -> Path | None:
     a temporary directory, with a warning) when $HOME is not writable, as for some service
     users. A --cache-dir given explicitly is used as given: its errors are reported."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dirs(directory)  # 0700 whatever the umask (the mount refuses a shared one)
     except OSError:
         return None
     return directory
@@ -307,7 +308,7 @@ def _mount_in_background(config: MountConfig, ctx: Context) -> int:
     log_path = _log_path(config)
     env = {**os.environ, READY_FD_ENV: str(write_end)}
     try:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(log_path.parent)
         logf = open(log_path, "ab")  # noqa: SIM115 (closed by the with below)
     except OSError as exc:
         os.close(read_end)

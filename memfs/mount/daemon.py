@@ -26,8 +26,8 @@ import pyfuse3
 import trio
 
 from memfs.mount import sdnotify
+from memfs.mount.cachetrust import CacheRefused
 from memfs.mount.config import MountConfig, default_cache_dir
-from memfs.mount.diskcache import CacheInUse
 from memfs.mount.fs import MemFS
 from memfs.mount.quota import Usage
 from memfs.mountinfo import is_mountpoint
@@ -204,8 +204,8 @@ def run(config: MountConfig) -> int:
 
     try:
         fs = MemFS(store, config)
-    except (CacheInUse, OSError) as exc:
-        message = str(exc) if isinstance(exc, CacheInUse) else (
+    except (CacheRefused, OSError) as exc:  # in use by another mount, or not private
+        message = str(exc) if isinstance(exc, CacheRefused) else (
             f"cannot use the cache directory {config.cache_dir}: {exc.strerror}")
         _report_ready(f"ERROR {message}")
         raise MountError(message) from None

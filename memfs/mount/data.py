@@ -60,6 +60,7 @@ class DataPath(Upload):
             node = self.inodes.add(path, Kind.FILE, stat.S_IFREG | stat.S_IMODE(mode),
                                    ctx.uid, ctx.gid)
             node.meta_known = True
+            node.set_own_mode(mode)
             node.mtime = node.validated_at = time.time()
             of = OpenFile(node, body=self._new_blob(), is_new=True, dirty=True)
             self.handles.shared[node.inode] = of
@@ -279,6 +280,8 @@ class DataPath(Upload):
             # group may execute. The new mode goes up with the data.
             kill = stat.S_ISUID | (stat.S_ISGID if node.mode & stat.S_IXGRP else 0)
             node.mode &= ~kill
+            if node.own_mode is not None:
+                node.own_mode &= ~kill
             node.ctime = time.time()
             self.kernel.forget_attrs(node.inode)
         self._staged(body.write, off, buf)
@@ -343,7 +346,7 @@ class DataPath(Upload):
                     await self._upload(temp)
         changed = False
         if change.mode is not None:
-            node.mode = stat.S_IFMT(node.mode) | stat.S_IMODE(change.mode)
+            node.set_own_mode(change.mode)
             changed = True
         for name in ("uid", "gid", "mtime", "atime"):
             if (value := getattr(change, name)) is not None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import trio
 
 from memfs.mount.blobs import Blob
-from memfs.mount.nodes import Node
+from memfs.mount.nodes import DirSnapshot, Node
 
 
 @dataclass(eq=False)
@@ -104,7 +104,7 @@ class HandleTable:
     # changes). Lazy because most opens of a directory never read it: a path walk by `openat`
     # (the memory handler pins its root so on every command) must not cost a LIST or a
     # metadata read per entry.
-    dirs: dict[int, tuple[int, list[tuple[str, Node]] | None]] = field(default_factory=dict)
+    dirs: dict[int, tuple[int, DirSnapshot | None]] = field(default_factory=dict)
     _next_fh: int = 1
 
     def new_fh(self) -> int:

@@ -51,6 +51,8 @@ class Listing:
     files: dict[str, ObjectInfo] = field(default_factory=dict)
     dirs: set[str] = field(default_factory=set)
     has_marker: bool = False
+    # Files hidden by a directory of the same name (``_prefer_directories``), by name.
+    shadowed: dict[str, ObjectInfo] = field(default_factory=dict)
 
     def empty(self) -> bool:
         return not self.files and not self.dirs
@@ -407,11 +409,11 @@ def _legacy_copy_header(request: Any, **_: Any) -> None:
 
 def _prefer_directories(listing: Listing, prefix: str) -> None:
     """A name that is both a file and a directory prefix shows as the directory; the file
-    object stays in S3 untouched (documented in SEMANTICS.md)."""
+    object is kept in ``shadowed`` (removing the directory removes it too: SEMANTICS.md)."""
     for name in listing.dirs & listing.files.keys():
         log.warning("%s%s is both an object and a key prefix; showing the directory",
                     prefix, name)
-        del listing.files[name]
+        listing.shadowed[name] = listing.files.pop(name)
 
 
 def _valid_name(name: str) -> bool:
