@@ -53,7 +53,7 @@ def normal_etag(etag: str | None) -> str:
     bare = (etag or "").strip()
     if bare.startswith("W/"):
         bare = bare[2:]
-    bare = bare.strip('"')
+    bare = bare.strip('"').strip()
     return f'"{bare}"' if bare else ""
 
 

@@ -201,7 +201,10 @@ def upload_multipart(store: Store, path: str, blob: Blob, metadata: dict[str, st
     except Exception as exc:
         raise translate(exc, "MPU-CREATE", key) from exc
     record = journal / f"{hashlib.sha256(upload_id.encode()).hexdigest()[:32]}.json"
-    record.write_text(json.dumps({"key": key, "upload_id": upload_id}))
+    # 0600 whatever the umask: the cache directory is the mount user's alone (cachetrust.py).
+    fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps({"key": key, "upload_id": upload_id}))
 
     def send(number: int) -> dict[str, object]:
         data = blob.read((number - 1) * part, part)

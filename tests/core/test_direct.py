@@ -140,7 +140,7 @@ def test_attempts_are_bounded_and_the_last_error_is_s3s(s3, proxy: S3Proxy) -> N
     assert caught.value.errno == errno.EIO and caught.value.code == "InternalError"
     assert len([r for r in proxy.records() if r.op == "PUT"]) == 2
     assert store.stats.snapshot() == {"requests": {"PutObject": {"5xx": 1}}, "total": 1,
-                                      "retries": 1}
+                                      "retries": 1, "probe": 0}
     with pytest.raises(botocore.exceptions.ClientError):
         s3.head_object(Bucket=BUCKET, Key="f.md")  # nothing was written
 
