@@ -17,8 +17,6 @@ import os
 import socket
 import time
 
-import trio
-
 from memfs import protocol
 from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.diskcache import Entry
@@ -33,13 +31,8 @@ from memfs.s3.objectmeta import ObjectInfo, info_from_metadata
 
 log = logging.getLogger(__name__)
 
-#: Sequential reads of a big file fetch at least this much per GET (aligned), doubling while
-#: they stay sequential, up to the part size.
-READ_AHEAD = 1024 * 1024
 #: Parts of one multipart upload in flight at once (each holds one part in memory).
 PART_WORKERS = 4
-#: Part-size spans fetched ahead of a sequential reader, in the background.
-PREFETCH = 2
 
 
 class Upload(Namespace):
@@ -164,46 +157,6 @@ class Upload(Namespace):
         if entry is not None:
             self._record(entry)
         return entry
-
-    async def _fetch_for_read(self, of: OpenFile, body: Blob, off: int, size: int) -> None:
-        """Fetch what a read needs into ``body``, widening to a read-ahead window while reads
-        are sequential (doubling from 1 MiB up to the part size), and then keep the next
-        ``PREFETCH`` part-size spans coming in the background. A span another read or the
-        prefetch is already fetching is waited for, not fetched twice. Reads never take
-        ``of.lock``: readers of different parts of one file fetch at once."""
-        end = min(off + size, body.size)
-        busy = [done for (s, e), done in of.inflight.items() if s < end and e > off]
-        if busy:
-            await busy[0].wait()
-            return  # the caller looks again at what is missing
-        if off == of.read_end and of.read_ahead:
-            of.read_ahead = min(of.read_ahead * 2, self.config.part_size)
-        else:
-            of.read_ahead = READ_AHEAD
-        start = off - off % READ_AHEAD
-        stop = min(body.size, max(end, start + of.read_ahead))
-        await self._fetch_span(of, body, start, stop)
-        if of.read_ahead == self.config.part_size and self.nursery is not None:
-            for n in range(PREFETCH):
-                ahead = stop + n * self.config.part_size
-                span = (ahead, min(body.size, ahead + self.config.part_size))
-                if span[0] < span[1] and span not in of.inflight and body.missing(
-                        span[0], span[1] - span[0]):
-                    self.nursery.start_soon(self._prefetch, of, body, *span)
-
-    async def _fetch_span(self, of: OpenFile, body: Blob, start: int, stop: int) -> None:
-        done = of.inflight[(start, stop)] = trio.Event()
-        try:
-            await self._fetch(of, start, stop, body)
-        finally:
-            del of.inflight[(start, stop)]
-            done.set()
-
-    async def _prefetch(self, of: OpenFile, body: Blob, start: int, stop: int) -> None:
-        try:
-            await self._fetch_span(of, body, start, stop)
-        except OSError as exc:  # the read that needs it will fetch it, and report
-            log.debug("prefetch of %s [%d, %d) failed: %s", of.node.path, start, stop, exc)
 
     async def _fetch(self, of: OpenFile, start: int, end: int, body: Blob | None = None) -> None:
         """Fill the missing ranges of [start, end) of ``body`` (default: the open file's) with
