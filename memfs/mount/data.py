@@ -23,7 +23,7 @@ import time
 from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.handles import OpenFile
 from memfs.mount.nodes import ROOT_INODE, Kind, Node, child_path
-from memfs.mount.readahead import ReadAhead
+from memfs.mount.prefetch import Prefetch
 from memfs.mount.state import AttrChange, Caller, Opened, fail, thread_group
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ MAX_OBJECT = 5 * 1024**4
 SQLITE_SHM = "-shm"
 
 
-class DataPath(ReadAhead):
+class DataPath(Prefetch):
     """Open files (see the module docstring)."""
 
     async def create(self, parent_inode: int, text: str, mode: int, flags: int,
