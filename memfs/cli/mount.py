@@ -68,7 +68,7 @@ def register(sub: Any) -> None:
            "5M to 5G)")
     option(m, "--read-ahead", metavar="N", env=True,
            help="part-size ranged GETs a sequential reader of a big file keeps in flight "
-           "(default 8; 0 fetches only what each read needs)")
+           "(default 10, like boto3; 0 fetches only what each read needs)")
     option(m, "--file-mode", metavar="OCTAL", env=True,
            help="mode of files whose object carries none (default 0600; see --umask)")
     option(m, "--dir-mode", metavar="OCTAL", env=True,

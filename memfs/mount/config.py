@@ -89,7 +89,7 @@ class MountConfig:
     part_size: int = 8 * 1024**2
     # Part-size ranged GETs a sequential reader of a big file keeps in flight (the window grows
     # to it; the whole mount's read-ahead never exceeds it); 0 fetches only what reads need.
-    read_ahead: int = 8
+    read_ahead: int = 10
 
     def __post_init__(self) -> None:
         if not self.bucket:

@@ -14,9 +14,10 @@ Two mechanisms, both per open state (``OpenFile``):
 * **The window**: every read of a version still incomplete keeps ``window`` part-size spans
   ahead of the reader in flight as background GETs. The window starts at one span on a
   sequential read, doubles each time the reader crosses into the next part, up to
-  ``--read-ahead`` (default 8, like boto3's ten threads of 8 MiB), and closes on a random read
-  (spans already in flight finish; nothing new starts). Each span is fetched once: spans in
-  flight are recorded (``OpenFile.inflight``) and a read that needs one waits for it.
+  ``--read-ahead`` (default 10, like boto3's ten threads of 8 MiB parts), and closes on a
+  random read (spans already in flight finish; nothing new starts). Each span is fetched
+  once: spans in flight are recorded (``OpenFile.inflight``) and a read that needs one waits
+  for it.
 
 Bounds: at most ``--read-ahead`` background spans in flight in the whole mount (a second big
 reader shares them), never more bytes ahead than a quarter of the content cache (the bytes go to
