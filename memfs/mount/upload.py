@@ -15,6 +15,7 @@ import errno
 import logging
 import os
 import socket
+import threading
 import time
 
 from memfs import protocol
@@ -37,6 +38,38 @@ PART_WORKERS = 10
 #: Each part in flight is held in memory once: no more parts in flight than fit in this (at the
 #: default 8 MiB part, all ten; at 16 MiB, five).
 PART_MEMORY = 80 * 1024**2
+
+
+#: Serialises ``Blob.fill`` across the worker threads of concurrent ranged GETs (``_Filling``).
+FILL_LOCK = threading.Lock()
+
+
+class _Filling:
+    """``body`` as a ranged GET fills it from a worker thread.
+
+    Trap: ``Ranges.add`` (the blob's record of what it holds) is not thread-safe, and the read
+    window runs up to ``--read-ahead`` GETs into one blob at once: two unserialised fills could
+    leave its spans overlapping or out of order, and a read might then take a gap for bytes.
+    So fills take one lock. The trio thread only reads ``present`` meanwhile; a read racing a
+    fill at worst sees a range as still missing (and waits for, or fetches, it again).
+    """
+
+    def __init__(self, body: Blob) -> None:
+        self.body = body
+
+    @property
+    def size(self) -> int:
+        return self.body.size
+
+    def read(self, offset: int, length: int, /) -> bytes:
+        return self.body.read(offset, length)
+
+    def read_all(self) -> bytes:
+        return self.body.read_all()
+
+    def fill(self, offset: int, data: bytes, /) -> None:
+        with FILL_LOCK:
+            self.body.fill(offset, data)
 
 
 class Upload(Namespace):
@@ -174,8 +207,8 @@ class Upload(Namespace):
             while pos < gap_end:  # one GET per part-size span at most
                 stop = min(gap_end, pos + self.config.part_size)
                 try:
-                    await self._s3(transfer.fetch_range, self.store, of.node.path, body,
-                                   pos, stop, etag)
+                    await self._s3(transfer.fetch_range, self.store, of.node.path,
+                                   _Filling(body), pos, stop, etag)
                 except StoreError as exc:
                     if exc.errno == errno.ESTALE:
                         log.warning("%s changed in S3 while this mount was reading its version "
