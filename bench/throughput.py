@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -175,9 +176,7 @@ class Run:
                 note(f"grep: {kind}")
                 with self.mount(kind, self.proxy.url) as mnt:
                     self.proxy.reset_counts()
-                    s, out = timed(lambda m=mnt: subprocess.run(
-                        ["grep", "-rc", "marker", str(m / "g")], capture_output=True,
-                        text=True).stdout)
+                    s, out = timed(functools.partial(grep_count, mnt / "g"))
                     lines = sorted(ln.removeprefix(str(mnt)) for ln in out.splitlines())
                     res[kind] = {"seconds": s, "requests": counts(self.proxy),
                                  "out_sha": hashlib.sha256("\n".join(lines).encode()).hexdigest(),
@@ -191,6 +190,11 @@ class Run:
                     self.direct.delete_objects(Bucket=self.bucket, Delete={
                         "Objects": [{"Key": k} for k in keys[i:i + 1000]]})
         return res
+
+
+def grep_count(where: Path) -> str:
+    return subprocess.run(["grep", "-rc", "marker", str(where)], capture_output=True,
+                          text=True).stdout
 
 
 def fmt(c: dict[str, int]) -> str:
