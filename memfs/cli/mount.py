@@ -67,6 +67,9 @@ def register(sub: Any) -> None:
     option(m, "--part-size", metavar="SIZE", env=True,
            help="files above this are uploaded in parts and read in ranges (default 8M; "
            "5M to 5G)")
+    option(m, "--read-ahead", metavar="N", env=True,
+           help="part-size ranged GETs a sequential reader of a big file keeps in flight "
+           "(default 10, like boto3; 0 fetches only what each read needs)")
     option(m, "--file-mode", metavar="OCTAL", env=True,
            help="mode of files whose object carries none (default 0600; see --umask)")
     option(m, "--dir-mode", metavar="OCTAL", env=True,
@@ -195,6 +198,7 @@ def mount_config(args: argparse.Namespace, twins: Twins) -> MountConfig:
             ("max_files", _number(int, "--max-files", pick("max_files"))),
             ("cache_size", _size("--cache-size", pick("cache_size"))),
             ("part_size", _size("--part-size", pick("part_size"))),
+            ("read_ahead", _number(int, "--read-ahead", pick("read_ahead"))),
             ("metadata_ttl", _number(float, "--metadata-ttl", pick("metadata_ttl"))),
             ("uid", _number(int, "--uid", pick("uid"))),
             ("gid", _number(int, "--gid", pick("gid")))):

@@ -42,7 +42,11 @@ class OpenFile:
     # Where the last read ended: a read starting there is sequential and widens the read-ahead.
     read_end: int = 0
     read_ahead: int = 0
-    # Spans of the file being fetched right now (by a read or the prefetch), and their ends.
+    # The read-ahead window (readahead.py): part-size spans kept in flight ahead of a
+    # sequential reader, and where the spans it has started end (its frontier).
+    window: int = 0
+    ahead: int = 0
+    # Spans of the file being fetched right now (by a read or the window), and their ends.
     inflight: dict[tuple[int, int], trio.Event] = field(default_factory=dict)
     # The version our bytes derive from: the PUT is conditional on it (If-Match). None with
     # ``is_new`` means the object must not exist yet (If-None-Match: *).
