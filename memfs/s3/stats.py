@@ -26,6 +26,8 @@ class RequestStats:
         self._lock = threading.Lock()
         self.requests: Counter[tuple[str, str]] = Counter()  # (operation, outcome) -> n
         self.retries = 0
+        #: Which way the mount's writes go and why (``memfs.s3.route``), for ``memfs status``.
+        self.route: dict[str, Any] = {}
 
     def attach(self, client: Any) -> None:
         events = client.meta.events
@@ -75,10 +77,14 @@ class RequestStats:
                       ms)
 
     def snapshot(self) -> dict[str, Any]:
-        """{"requests": {operation: {outcome: n}}, "total": n, "retries": n}."""
+        """{"requests": {operation: {outcome: n}}, "total": n, "retries": n} (and "route",
+        once the mount has decided it)."""
         with self._lock:
             by_op: dict[str, dict[str, int]] = {}
             for (op, outcome), n in sorted(self.requests.items()):
                 by_op.setdefault(op, {})[outcome] = n
-            return {"requests": by_op, "total": sum(self.requests.values()),
-                    "retries": self.retries}
+            out: dict[str, Any] = {"requests": by_op, "total": sum(self.requests.values()),
+                                   "retries": self.retries}
+        if self.route:
+            out["route"] = dict(self.route)
+        return out
