@@ -34,8 +34,8 @@ matrix against both paths and compares outcomes and attempts):
 * failures as botocore exceptions: S3's XML error becomes the ``ClientError`` that
   ``store.translate`` maps, no answer ``EndpointConnectionError``, ``ReadTimeoutError`` or
   ``ConnectionClosedError``;
-* a copy that S3 answers 200 and then fails in the body, or whose body is cut short, is an
-  error (a 500, retried), as botocore makes it;
+* a 200 whose body is an error document (a copy S3 fails after answering) or is cut short
+  is an error (a 500, retried), as botocore makes it;
 * the counts ``memfs status`` shows (``RequestStats.record``, under boto3's operation names).
 
 A retried conditional PUT whose first answer was lost meets its own new version: 412, ESTALE,
@@ -245,10 +245,11 @@ class DirectRequests:
                 endpoint_url=target.endpoint_url, error=exc) from exc
         if resp.status >= 300:
             return resp, _client_error(op, resp.status, resp.data, resp.headers)
-        if op == "CopyObject" and _is_error_document(resp.data):
+        if _is_error_document(resp.data):
             # S3 may answer a copy 200 and then fail it in the body (it sends the status before
             # the copy is done), or the body may be cut short: botocore treats both as a 500,
-            # retried; so does this.
+            # retried, for every operation whose answer is XML (_handle_200_error); so does
+            # this (a PUT's or DELETE's answer has no body: nothing to parse).
             return resp, _client_error(op, 500, resp.data, resp.headers)
         return resp, None
 
