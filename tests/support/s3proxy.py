@@ -251,6 +251,10 @@ class Faults:
     rules: tuple[FaultRule, ...] = ()
     #: ``x-amz-retry-after`` (milliseconds) on 503 SlowDown and 429 answers; None: not sent.
     retry_after_ms: int | None = None
+    #: Every ``every``-th request (of ``ops``) gets a fault, its kind cycling through
+    #: ``kinds``: throttling as AWS does it, deterministic for a sequential client (instead
+    #: of ``rate``).
+    every: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.rate <= 1.0:
@@ -260,6 +264,8 @@ class Faults:
             raise ValueError(f"fault kinds must be a non-empty subset of {FAULT_KINDS}")
         if not 0.0 <= self.stall_s <= 600.0:
             raise ValueError("stall_s must be within [0, 600] seconds")
+        if self.every is not None and self.every < 1:
+            raise ValueError("every must be at least 1")
 
 
 class _FaultPlan:
@@ -270,6 +276,7 @@ class _FaultPlan:
         self.rng = random.Random(faults.seed)
         self.rule_seen = [0] * len(faults.rules)
         self.random_injected = 0
+        self.eligible = 0
         self.path_res = [re.compile(r.path) if r.path else None for r in faults.rules]
 
     def decide(self, op: str, path: str) -> str | None:
@@ -281,6 +288,13 @@ class _FaultPlan:
                 if rule.skip < n <= rule.skip + rule.times:
                     return rule.kind
         f = self.faults
+        if f.every is not None:
+            if f.ops is not None and op not in f.ops:
+                return None
+            self.eligible += 1
+            if self.eligible % f.every:
+                return None
+            return f.kinds[(self.eligible // f.every - 1) % len(f.kinds)]
         if f.rate <= 0.0 or (f.ops is not None and op not in f.ops):
             return None
         # Two draws per eligible request, always, so the sequence does not depend on outcomes.
