@@ -20,6 +20,7 @@ import botocore.utils
 
 from memfs.s3.client import make_client
 from memfs.s3.direct import DirectRequests, plan_direct_requests, resolved_endpoint
+from memfs.s3.stats import RequestStats
 
 log = logging.getLogger("memfs.s3")
 
@@ -51,12 +52,15 @@ class Clients:
     slow_client: Any
     direct: DirectRequests | None
     route: dict[str, Any] = field(default_factory=dict)
+    #: The requests sent to decide (the HeadBucket), counted in the store's stats.
+    stats: RequestStats = field(default_factory=RequestStats)
 
     def serve(self, store: Any) -> None:
         """Make `store` (made on ``self.client``) send as decided."""
         store.send_directly(self.direct)
         store.use_for_slow_requests(self.slow_client)
         store.stats.route = dict(self.route)
+        store.stats.merge(self.stats)
 
 
 def connect(endpoint_url: str | None, region: str | None, bucket: str, *, max_attempts: int,
@@ -70,7 +74,10 @@ def connect(endpoint_url: str | None, region: str | None, bucket: str, *, max_at
                            max_connections=max_connections)
 
     client = client_for(region)
+    stats = RequestStats()  # what the wire sees, memfs status counts
+    stats.attach(client)
     found = bucket_region(client, bucket)
+    stats.detach(client)
     if found and found != client.meta.region_name:
         log.info("bucket %s is in region %s, not %s: requests are signed for %s", bucket,
                  found, client.meta.region_name or "(none)", found)
@@ -97,4 +104,4 @@ def connect(endpoint_url: str | None, region: str | None, bucket: str, *, max_at
         log.info("PUT, COPY and DELETE go directly to %s, signed for %s", direct.endpoint_url,
                  direct.region)
     slow = client_for(signing_region, max(read_timeout, slow_read_timeout))
-    return Clients(client, slow, direct, route)
+    return Clients(client, slow, direct, route, stats)

@@ -36,6 +36,21 @@ class RequestStats:
         events.register("after-call.s3", self._after)
         events.register("after-call-error.s3", self._error)
 
+    def detach(self, client: Any) -> None:
+        events = client.meta.events
+        events.unregister("before-parameter-build.s3", self._subject)
+        events.unregister("before-call.s3", self._before)
+        events.unregister("after-call.s3", self._after)
+        events.unregister("after-call-error.s3", self._error)
+
+    def merge(self, other: RequestStats) -> None:
+        """Count `other`'s calls here too (the mount's start-up question about its bucket)."""
+        with other._lock:
+            requests, retries = Counter(other.requests), other.retries
+        with self._lock:
+            self.requests.update(requests)
+            self.retries += retries
+
     def _before(self, params: Any = None, context: Any = None, **_: Any) -> None:
         if context is not None:
             context["memfs_started"] = time.monotonic()
