@@ -154,6 +154,10 @@ class DirectRequests:
         return self.target.pool
 
     @property
+    def signer(self) -> sigv4.Signer:
+        return self.target.signer
+
+    @property
     def region(self) -> str:
         return self.target.region
 
