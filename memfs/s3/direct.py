@@ -359,13 +359,10 @@ def plan_direct_requests(client: Any, bucket: str | None = None, *, max_attempts
     if urllib.request.getproxies().get(split.scheme) and not urllib.request.proxy_bypass(
             split.hostname):
         return None, f"the environment's {split.scheme} proxy applies to {split.hostname}"
-    verify = getattr(getattr(getattr(client, "_endpoint", None), "http_session", None),
-                     "_verify", True)
+    verify = check_ca_bundle(client)
     if verify is False:
         return None, "TLS verification is off"
     ca_bundle = verify if isinstance(verify, str) else None
-    if split.scheme == "https" and ca_bundle is not None and not os.path.exists(ca_bundle):
-        raise ClientSetupError(f"{_ca_setting(ca_bundle)}: no such file or directory")
     try:
         direct = DirectRequests(
             endpoint, region, credentials, max_attempts=max_attempts,
@@ -385,6 +382,28 @@ def make_direct_requests(client: Any, bucket: str | None = None, **kw: Any
                          ) -> DirectRequests | None:
     """`plan_direct_requests` without the reason."""
     return plan_direct_requests(client, bucket, **kw)[0]
+
+
+def check_ca_bundle(client: Any) -> str | bool:
+    """What `client` verifies TLS with (a CA bundle's path, True for botocore's default, False
+    for none); for an https endpoint, a bundle that cannot be used is a ``ClientSetupError``
+    naming its setting (botocore would fail each request with an SSLError instead)."""
+    verify = getattr(getattr(getattr(client, "_endpoint", None), "http_session", None),
+                     "_verify", True)
+    endpoint = str(client.meta.endpoint_url or "")
+    if not isinstance(verify, str) or not endpoint.startswith("https:"):
+        return verify
+    if not os.path.exists(verify):
+        raise ClientSetupError(f"{_ca_setting(verify)}: no such file or directory")
+    try:
+        if os.path.isdir(verify):
+            ssl.create_default_context(capath=verify)
+        else:
+            ssl.create_default_context(cafile=verify)
+    except (ssl.SSLError, OSError) as exc:
+        raise ClientSetupError(f"{_ca_setting(verify)}: not a CA bundle "
+                               f"({exc.strerror or exc})") from None
+    return verify
 
 
 def _ca_setting(path: str) -> str:

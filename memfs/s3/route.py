@@ -19,7 +19,12 @@ import botocore.exceptions
 import botocore.utils
 
 from memfs.s3.client import make_client
-from memfs.s3.direct import DirectRequests, plan_direct_requests, resolved_endpoint
+from memfs.s3.direct import (
+    DirectRequests,
+    check_ca_bundle,
+    plan_direct_requests,
+    resolved_endpoint,
+)
 from memfs.s3.stats import RequestStats
 
 log = logging.getLogger("memfs.s3")
@@ -74,6 +79,7 @@ def connect(endpoint_url: str | None, region: str | None, bucket: str, *, max_at
                            max_connections=max_connections)
 
     client = client_for(region)
+    check_ca_bundle(client)  # before any request: one line naming the setting
     stats = RequestStats()  # what the wire sees, memfs status counts
     stats.attach(client)
     found = bucket_region(client, bucket)

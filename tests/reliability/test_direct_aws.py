@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,3 +80,19 @@ def test_every_fifth_request_throttled_and_nothing_fails(s3, proxy: S3Proxy,
     throttled = [r for r in proxy.records() if r.fault is not None]
     assert {r.status for r in throttled} == {503, 429}
     assert {r.user_agent == USER_AGENT for r in throttled} == {True, False}  # both paths
+
+
+@pytest.mark.parametrize("bundle", ["missing.pem", "junk.pem"])
+def test_a_ca_bundle_the_mount_cannot_use_is_one_line_naming_it(tmp_path, bundle: str) -> None:
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    (tmp_path / "mp").mkdir()
+    out = subprocess.run(
+        [sys.executable, "-m", "memfs", "mount", f"{BUCKET}:/p", str(tmp_path / "mp"),
+         "--endpoint-url", "https://127.0.0.1:9", "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "AWS_CA_BUNDLE": str(tmp_path / bundle),
+             "MEMFS_LOG_PATH": str(tmp_path / "mount.log")})
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"AWS_CA_BUNDLE={tmp_path / bundle}: " in lines[0], out.stderr
+    assert "Traceback" not in (tmp_path / "mount.log").read_text()
