@@ -165,3 +165,27 @@ def test_one_retry_quota_for_both_paths_and_retry_after_is_honoured(s3, proxy: S
         with pytest.raises(StoreError):
             store.put(path, b"x", {})
         assert proxy.counts().get("PUT") == 1
+
+
+def test_a_redirect_to_another_endpoint_moves_later_calls_there(s3, s3_reset: str) -> None:
+    """S3 named another region whose endpoint differs (``relocate``, as botocore re-resolves
+    it): the request goes there at once, and so do the calls after it."""
+    with S3Proxy(s3_reset, bucket_region="eu-west-1") as old, S3Proxy(s3_reset) as new:
+        asked: list[str] = []
+
+        def relocate(region: str) -> tuple[str, str]:
+            asked.append(region)
+            return new.url, region
+
+        direct, _ = plan_direct_requests(make_client(old.url, "us-east-1"), BUCKET,
+                                         relocate=relocate, **KW)
+        assert direct is not None
+        store = Store(make_client(old.url, "us-east-1"), BUCKET)
+        store.send_directly(direct)
+        store.put("a.md", b"one", {})
+        store.put("b.md", b"two", {})
+        assert asked == ["eu-west-1"] and direct.endpoint_url == new.url
+        assert [(r.op, r.status) for r in old.records()] == [("PUT", 301)]
+        assert [(r.op, r.region, r.status) for r in new.records()] == [
+            ("PUT", "eu-west-1", 200), ("PUT", "eu-west-1", 200)]
+    assert s3.get_object(Bucket=BUCKET, Key="b.md")["Body"].read() == b"two"
