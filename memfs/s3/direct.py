@@ -51,6 +51,7 @@ that is not path-style (access point ARNs), or TLS without verification.
 
 from __future__ import annotations
 
+import http.client
 import os
 import ssl
 import threading
@@ -308,16 +309,19 @@ def _client_error(op: str, status: int, body: bytes, headers: Mapping[str, str]
     """S3's error document as the ClientError botocore would raise for it (every element of
     ``<Error>``, ``Region`` among them; an error without a body, a 404 of a DELETE's bucket
     say, gets its status as the code, as botocore gives it)."""
-    error: dict[str, str] = {"Code": str(status), "Message": ""}
+    # No document (a HEAD, a bare 404): the status is the code, its reason the message.
+    error: dict[str, str] = {"Code": str(status),
+                             "Message": http.client.responses.get(status, "")}
     request_id = headers.get("x-amz-request-id", "")
     try:
         root = ET.fromstring(body) if body else None
     except ET.ParseError:
         root = None
     if root is not None and root.tag == "Error":
-        error.update({child.tag: child.text or "" for child in root if len(child) == 0})
+        error = {child.tag: child.text or "" for child in root if len(child) == 0}
         error["Code"] = error.get("Code") or str(status)
-        request_id = error.pop("RequestId", "") or request_id
+        request_id = request_id or error.pop("RequestId", "")  # the header first, as botocore
+        error.pop("RequestId", None)
         error.pop("HostId", None)
     response: dict[str, Any] = {
         "Error": error,
