@@ -18,7 +18,7 @@ from typing import Any
 import botocore.exceptions
 import botocore.utils
 
-from memfs.s3.client import make_client
+from memfs.s3.client import make_client, make_session
 from memfs.s3.direct import (
     DirectRequests,
     check_ca_bundle,
@@ -73,10 +73,12 @@ def connect(endpoint_url: str | None, region: str | None, bucket: str, *, max_at
             max_connections: int) -> Clients:
     """The clients a mount of `bucket` uses (see the module docstring). Raises
     ``ClientSetupError`` (one line naming the setting) when the request layer cannot start."""
+    session = make_session()  # one credentials object for every client
+
     def client_for(where: str | None, timeout: float = read_timeout) -> Any:
         return make_client(endpoint_url, where, max_attempts=max_attempts,
                            connect_timeout=connect_timeout, read_timeout=timeout,
-                           max_connections=max_connections)
+                           max_connections=max_connections, session=session)
 
     client = client_for(region)
     check_ca_bundle(client)  # before any request: one line naming the setting

@@ -42,6 +42,9 @@ def test_a_bucket_in_another_region_is_found_once_and_both_paths_sign_for_it(
     assert clients.client.meta.region_name == "eu-west-1"
     assert clients.slow_client.meta.region_name == "eu-west-1"
     assert clients.direct is not None and clients.direct.region == "eu-west-1"
+    shared = clients.client._request_signer._credentials  # one object, refreshed once for all
+    assert shared is not None and clients.slow_client._request_signer._credentials is shared
+    assert clients.direct.credentials is shared
     assert clients.route == {"region": "eu-west-1", "configured_region": configured,
                              "writes": "direct", "endpoint": proxy.url}
     store = Store(clients.client, BUCKET)
