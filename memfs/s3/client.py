@@ -74,13 +74,20 @@ def make_client(
     try:
         return (session or make_session()).client(
             "s3", endpoint_url=endpoint_url, region_name=region, config=config)
+    except botocore.exceptions.InvalidRegionError:
+        raise ClientSetupError(f"the region {region!r} (--region, AWS_REGION) is not a region "
+                               "name") from None
     except (ValueError, botocore.exceptions.BotoCoreError) as exc:
         raise ClientSetupError(f"cannot set up the S3 client: {one_line(exc)}") from None
 
 
 def make_session() -> boto3.session.Session:
-    """A boto3 session whose clients parse timestamps with ``parse_timestamp``."""
-    core = botocore.session.get_session()
-    core.get_component("response_parser_factory").set_parser_defaults(
-        timestamp_parser=parse_timestamp)
-    return boto3.session.Session(botocore_session=core)
+    """A boto3 session whose clients parse timestamps with ``parse_timestamp``
+    (``ClientSetupError`` when botocore cannot start)."""
+    try:
+        core = botocore.session.get_session()
+        core.get_component("response_parser_factory").set_parser_defaults(
+            timestamp_parser=parse_timestamp)
+        return boto3.session.Session(botocore_session=core)
+    except botocore.exceptions.BotoCoreError as exc:  # a profile that is not there, say
+        raise ClientSetupError(f"cannot set up the S3 client: {one_line(exc)}") from None

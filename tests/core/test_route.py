@@ -192,3 +192,18 @@ def test_a_redirect_to_another_endpoint_moves_later_calls_there(s3, s3_reset: st
         assert [(r.op, r.region, r.status) for r in new.records()] == [
             ("PUT", "eu-west-1", 200), ("PUT", "eu-west-1", 200)]
     assert s3.get_object(Bucket=BUCKET, Key="b.md")["Body"].read() == b"two"
+
+
+def test_settings_botocore_refuses_are_one_line_naming_them(monkeypatch) -> None:
+    def start(region: str = "us-east-1") -> Any:
+        return connect("http://127.0.0.1:9", region, BUCKET, slow_read_timeout=1.0,
+                       **{**KW, "max_attempts": 1})
+
+    with pytest.raises(ClientSetupError) as caught:
+        start("bad region!")
+    assert str(caught.value) == "the region 'bad region!' (--region, AWS_REGION) is not a " \
+        "region name"
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
+    with pytest.raises(ClientSetupError) as caught:  # not botocore's ProfileNotFound
+        start()
+    assert "no-such-profile" in str(caught.value) and "\n" not in str(caught.value)
