@@ -32,10 +32,9 @@ from memfs.mount.fs import MemFS
 from memfs.mount.quota import Usage
 from memfs.mountinfo import is_mountpoint
 from memfs.s3 import transfer
-from memfs.s3.client import make_client
-from memfs.s3.direct import make_direct_requests
 from memfs.s3.endpoint import probe_endpoint
 from memfs.s3.errors import ClientSetupError, StoreError
+from memfs.s3.route import connect
 from memfs.s3.store import Store
 
 log = logging.getLogger(__name__)
@@ -178,21 +177,15 @@ def run(config: MountConfig) -> int:
         check_mountpoint(config.mountpoint)
         check_fuse_access(config.allow_other)
         try:
-            client = make_client(
-                config.endpoint_url, config.region, max_attempts=config.max_attempts,
-                connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
+            clients = connect(
+                config.endpoint_url, config.region, config.bucket,
+                max_attempts=config.max_attempts, connect_timeout=config.connect_timeout,
+                read_timeout=config.read_timeout, slow_read_timeout=SLOW_READ_TIMEOUT_S,
                 max_connections=config.max_connections)
         except ClientSetupError as exc:
             raise MountError(str(exc)) from None
-        store = Store(client, config.bucket, config.prefix)
-        store.send_directly(make_direct_requests(
-            client, max_attempts=config.max_attempts, connect_timeout=config.connect_timeout,
-            read_timeout=config.read_timeout, max_connections=config.max_connections))
-        store.use_for_slow_requests(make_client(
-            config.endpoint_url, config.region, max_attempts=config.max_attempts,
-            connect_timeout=config.connect_timeout,
-            read_timeout=max(config.read_timeout, SLOW_READ_TIMEOUT_S),
-            max_connections=config.max_connections))
+        store = Store(clients.client, config.bucket, config.prefix)
+        clients.serve(store)  # the bucket's region, direct writes or boto3 (memfs.s3.route)
         try:
             store.check_access()
         except StoreError as exc:

@@ -27,6 +27,8 @@ class RequestStats:
         self.requests: Counter[tuple[str, str]] = Counter()  # (operation, outcome) -> n
         self.retries = 0
         self.probe = 0  # the endpoint probe's requests at mount, apart from the workload's
+        #: Which way the mount's writes go and why (``memfs.s3.route``), for ``memfs status``.
+        self.route: dict[str, Any] = {}
 
     def attach(self, client: Any) -> None:
         events = client.meta.events
@@ -34,6 +36,21 @@ class RequestStats:
         events.register("before-call.s3", self._before)
         events.register("after-call.s3", self._after)
         events.register("after-call-error.s3", self._error)
+
+    def detach(self, client: Any) -> None:
+        events = client.meta.events
+        events.unregister("before-parameter-build.s3", self._subject)
+        events.unregister("before-call.s3", self._before)
+        events.unregister("after-call.s3", self._after)
+        events.unregister("after-call-error.s3", self._error)
+
+    def merge(self, other: RequestStats) -> None:
+        """Count `other`'s calls here too (the mount's start-up question about its bucket)."""
+        with other._lock:
+            requests, retries = Counter(other.requests), other.retries
+        with self._lock:
+            self.requests.update(requests)
+            self.retries += retries
 
     def _before(self, params: Any = None, context: Any = None, **_: Any) -> None:
         if context is not None:
@@ -79,10 +96,14 @@ class RequestStats:
                       ms)
 
     def snapshot(self) -> dict[str, Any]:
-        """{"requests": {operation: {outcome: n}}, "total": n, "retries": n, "probe": n}."""
+        """{"requests": {operation: {outcome: n}}, "total": n, "retries": n, "probe": n} (and
+        "route", once the mount has decided it)."""
         with self._lock:
             by_op: dict[str, dict[str, int]] = {}
             for (op, outcome), n in sorted(self.requests.items()):
                 by_op.setdefault(op, {})[outcome] = n
-            return {"requests": by_op, "total": sum(self.requests.values()),
-                    "retries": self.retries, "probe": self.probe}
+            out: dict[str, Any] = {"requests": by_op, "total": sum(self.requests.values()),
+                                   "retries": self.retries, "probe": self.probe}
+        if self.route:
+            out["route"] = dict(self.route)
+        return out

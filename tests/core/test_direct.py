@@ -180,13 +180,13 @@ def test_a_proxy_of_the_environment_keeps_puts_on_boto3(s3_reset, monkeypatch) -
 
 
 def test_without_credentials_puts_stay_on_boto3(s3_reset, monkeypatch, tmp_path) -> None:
-    client = make_client(s3_reset, "us-east-1")
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
                 "AWS_PROFILE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    client = make_client(s3_reset, "us-east-1")  # the client's credentials are the direct path's
     assert make_direct_requests(client, max_attempts=1, connect_timeout=1.0, read_timeout=1.0,
                            max_connections=1) is None
 
