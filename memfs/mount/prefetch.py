@@ -75,19 +75,25 @@ class Prefetch(ReadAhead):
     _prefetched: set[tuple[str, str]] | None = None
     prefetch_peak: int = 0
 
-    async def dir_entries(self, fh: int) -> list[tuple[str, Node]]:
-        entries = await super().dir_entries(fh)
-        directory = entries[0][1].path  # ".": the directory itself
+    async def dir_page(self, fh: int, start: int) -> list[tuple[int, str, Node]]:
+        """A readdir page; a handle's first one records the order its files are given in (the
+        kernel reads a directory a page at a time: ``Namespace.dir_page``)."""
+        page = await super().dir_page(fh, start)
+        _inode, snap = self.handles.dirs[fh]
+        if start == 0 and snap is not None:
+            self._remember_order(snap.node.path,
+                                 [name for name in snap.names if name in snap.listing.files])
+        return page
+
+    def _remember_order(self, directory: str, names: list[str]) -> None:
         if self._runs is None:
             self._runs = OrderedDict()
-        names = [name for name, child in entries[2:] if child.kind is Kind.FILE]
         run = self._runs.get(directory)
         if run is None or run.names != names:
             self._runs[directory] = DirRun(names)
         self._runs.move_to_end(directory)
         while len(self._runs) > RUNS:
             self._runs.popitem(last=False)
-        return entries
 
     async def _load(self, of: OpenFile, *, revalidate: bool = False,
                     expect: str | None = None) -> None:

@@ -284,7 +284,9 @@ def test_a_full_cache_disk_refuses_the_write_it_cannot_stage(mounts, s3, tmp_pat
     lives on, and what was acknowledged before is intact in S3 and through the mount."""
     small = tmp_path / "small"
     small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(small)], check=True)
+    # mode=0700: a cache directory others may write to is refused (memfs.mount.cachetrust)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", str(small)],
+                   check=True)
     try:
         mnt = mounts("", *PART, "--cache-dir", str(small))
         kept = _pattern(3 * MIB, seed=7)
