@@ -60,6 +60,9 @@ class OpenFile:
     agent: str | None = None
     # Set with the xattr user.memfs.atomic: upload at fsync() only, discard at close without it.
     atomic: bool = False
+    # Its value ``reapply N``: the writer re-applies its edit itself on a lost race (no conflict
+    # copy); N is the attempt, 0 for any other writer.
+    reapply: int = 0
     # A private transaction: one handle's own copy, invisible to other handles until fsync.
     private: bool = False
     # The last upload failed and close()/fsync() reported it: release must not retry unseen.

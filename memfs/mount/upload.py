@@ -310,7 +310,10 @@ class Upload(Namespace):
                 etag = current.etag
             else:
                 of.is_new = False
-                await self._save_conflict(path, body, metadata)
+                if of.reapply:  # the writer re-applies its edit itself (XATTR_ATOMIC)
+                    self.counters["edit_races"] += 1
+                else:
+                    await self._save_conflict(path, body, metadata)
                 self.content.discard(path)
                 of.body = None
                 of.base_etag = None
@@ -320,6 +323,8 @@ class Upload(Namespace):
             body.frozen = False
         info = info_from_metadata(size, etag, time.time(), metadata, path)
         of.upload_failed = False
+        if of.reapply > 1:
+            self.counters["edits_reapplied"] += 1
         self.usage.added(size - of.remote_size, new_file=of.is_new)
         of.is_new = False
         of.remote_size = size
