@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from memfs.memory import text
 
 #: At most this many attempts (the first included), within this many seconds.
-MAX_ATTEMPTS = 8
+MAX_ATTEMPTS = 16
 MAX_SECONDS = 10.0
 #: Backoff before attempt n (n >= 2): a random wait up to BASE * 2**(n-2), at most CAP.
 BASE_S = 0.02
