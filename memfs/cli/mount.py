@@ -98,8 +98,16 @@ def register(sub: Any) -> None:
            help="quota on the number of files under the prefix; EDQUOT past it")
     option(m, "--log-level", env=True, help="debug, info, warning or error (default info)")
 
-    u = command(sub, "umount", cmd_umount, help="flush and unmount")
-    complete_as(u.add_argument("mountpoint"), DIRECTORY)
+    u = command(sub, "umount", cmd_umount, help="flush and unmount a memfs mount",
+                description="Unmount the memfs mount on MOUNTPOINT (fusermount3 -u) once every "
+                "open file is closed: each close already uploaded its file. Refuses anything "
+                "that is not a memfs mount (a tmpfs, a disk, a path inside a mount) and says "
+                "what it is. A busy mount (open files, a shell inside it) is left mounted.")
+    complete_as(u.add_argument("mountpoint", help="where the memfs mount is mounted"),
+                DIRECTORY)
+    u.add_argument("--lazy", action="store_true",
+                   help="detach now even if busy or dead (fusermount3 -u -z), as the systemd "
+                   "unit does after a crash; nothing mounted is then not an error")
 
 
 def _number(kind: type, flag: str, value: str | None) -> float | int | None:
@@ -341,20 +349,40 @@ def _mount_in_background(config: MountConfig, ctx: Context) -> int:
 
 
 def cmd_umount(args: argparse.Namespace, ctx: Context) -> int:
-    from memfs.mountinfo import is_mountpoint
+    from memfs.mountinfo import describe, mount_holding, mounted_at
+    from memfs.protocol import FSTYPE
 
     path = Path(args.mountpoint).absolute()
-    if not is_mountpoint(path):
-        return ctx.fail(f"{path} is not mounted")
+    entry = mounted_at(path)
+    if entry is None:
+        holder = mount_holding(path)
+        inside = (f" (it is inside the memfs mount {holder.mountpoint})"
+                  if holder is not None and holder.fstype == FSTYPE else "")
+        return 0 if args.lazy and not inside else ctx.fail(f"{path} is not mounted{inside}")
+    if entry.fstype != FSTYPE:
+        # Only ever a memfs mount: `memfs umount` on a tmpfs (or the wrong path) must not work.
+        return ctx.fail(f"{path} is not a memfs mount: it is {describe(entry)}; use umount(8) "
+                        "if you mean it")
     # Every close() already uploaded its file; unmounting waits for nothing else. A busy mount
     # (open files, a shell inside it) is refused by the kernel rather than losing data.
-    result = subprocess.run(["fusermount3", "-u", str(path)], capture_output=True, text=True)
+    lazy = ["-z"] if args.lazy else []
+    result = subprocess.run(["fusermount3", "-u", *lazy, str(path)], capture_output=True,
+                            text=True)
     if result.returncode != 0:
         reason = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "failed"
         if "busy" in reason.lower():
             reason = f"{path} is busy: close files and leave the directory, then retry"
         return ctx.fail(reason)
     deadline = time.monotonic() + 10
-    while is_mountpoint(path) and time.monotonic() < deadline:
+    while is_memfs_at(path) and time.monotonic() < deadline:
         time.sleep(0.05)
     return 0
+
+
+def is_memfs_at(path: Path) -> bool:
+    """Whether a memfs mount is (still) mounted on `path`."""
+    from memfs.mountinfo import mounted_at
+    from memfs.protocol import FSTYPE
+
+    entry = mounted_at(path)
+    return entry is not None and entry.fstype == FSTYPE
