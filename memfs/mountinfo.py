@@ -92,8 +92,8 @@ def mount_holding(path: str | os.PathLike[str], mountinfo: str = MOUNTINFO) -> M
 
 
 def describe(entry: MountEntry) -> str:
-    """``a tmpfs mount (source tmpfs)``: what a mount is, for a message."""
-    return f"a {entry.fstype} mount (source {entry.source})"
+    """``a mount of type tmpfs (source tmpfs)``: what a mount is, for a message."""
+    return f"a mount of type {entry.fstype} (source {entry.source})"
 
 
 class NotOnMemfs(ValueError):

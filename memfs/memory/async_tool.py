@@ -79,7 +79,7 @@ class AsyncMemoryTool(BetaAsyncAbstractMemoryTool):
     final = await runner.until_done()
     ```
 
-    `max_file_bytes`, `secrets_guard` and `agent_id` are `MemoryHandler`'s (as for `MemoryTool`;
+    `max_file_bytes`, `secrets_guard`, `agent_id` and `allow_local` are `MemoryTool`'s (as there;
     `None` keeps the handler's default size limit). `executor` runs the commands; by default the
     running loop's default executor, the one `asyncio.to_thread` uses (bounded: at most
     `min(32, cpus + 4)` threads, so a hung mount cannot grow threads without bound). Pass your own
@@ -97,10 +97,11 @@ class AsyncMemoryTool(BetaAsyncAbstractMemoryTool):
         agent_id: str | None = None,
         shared: Mapping[str, str | os.PathLike[str]] | None = None,
         executor: Executor | None = None,
+        allow_local: bool = False,
     ) -> None:
         super().__init__(cache_control=cache_control)
         options: dict[str, Any] = {"secrets_guard": secrets_guard, "agent_id": agent_id,
-                                   "shared": shared}
+                                   "shared": shared, "allow_local": allow_local}
         if max_file_bytes is not None:
             options["max_file_bytes"] = max_file_bytes
         self._sync = MemoryTool(root, **options)

@@ -33,8 +33,8 @@ def test_umount_refuses_a_tmpfs_and_says_what_it_is(tmpfs: Path) -> None:
     for extra in ([], ["--lazy"]):
         r = memfs("umount", *extra, str(tmpfs))
         assert r.returncode == 1
-        assert r.stderr == (f"memfs: {tmpfs} is not a memfs mount: it is a tmpfs mount (source "
-                            "opstmpfs); use umount(8) if you mean it\n")
+        assert r.stderr == (f"memfs: {tmpfs} is not a memfs mount: it is a mount of type tmpfs "
+                            "(source opstmpfs); use umount(8) if you mean it\n")
         entry = mounted_at(tmpfs)
         assert entry is not None and entry.fstype == "tmpfs"
         assert (tmpfs / "kept").read_text() == "still here"
