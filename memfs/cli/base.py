@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TypeVar
 
+from memfs.extras import MissingExtra
 from memfs.ops.errors import S3_ERRORS, OpError, describe_s3_error
 from memfs.ops.locate import SETTINGS, Target, resolve
 from memfs.printable import escape
@@ -169,6 +170,8 @@ def dispatch(parser: Parser, argv: Sequence[str], *, env: Mapping[str, str] | No
         return ctx.fail(str(exc), 2)
     except OpError as exc:
         return ctx.fail(str(exc), 2 if exc.usage else 1)
+    except MissingExtra as exc:  # an optional dependency: the pip install line
+        return ctx.fail(str(exc))
     except S3_ERRORS as exc:
         return ctx.fail(describe_s3_error(exc, "?"))
     except SystemExit as exc:  # --help, --version

@@ -27,17 +27,21 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
-from anthropic.lib.tools import BetaAsyncAbstractMemoryTool, BetaFunctionToolResultType
-from anthropic.types.beta import (
-    BetaCacheControlEphemeralParam,
-    BetaMemoryTool20250818CreateCommand,
-    BetaMemoryTool20250818DeleteCommand,
-    BetaMemoryTool20250818InsertCommand,
-    BetaMemoryTool20250818RenameCommand,
-    BetaMemoryTool20250818StrReplaceCommand,
-    BetaMemoryTool20250818ViewCommand,
-)
+from memfs.extras import missing_extra
 
+try:
+    from anthropic.lib.tools import BetaAsyncAbstractMemoryTool, BetaFunctionToolResultType
+    from anthropic.types.beta import (
+        BetaCacheControlEphemeralParam,
+        BetaMemoryTool20250818CreateCommand,
+        BetaMemoryTool20250818DeleteCommand,
+        BetaMemoryTool20250818InsertCommand,
+        BetaMemoryTool20250818RenameCommand,
+        BetaMemoryTool20250818StrReplaceCommand,
+        BetaMemoryTool20250818ViewCommand,
+    )
+except ModuleNotFoundError as exc:  # the optional extra: say how to install it
+    raise missing_extra(exc, "memfs.memory.async_tool.AsyncMemoryTool") from None
 from memfs.handler import MemoryTool
 
 __all__ = ["AsyncMemoryTool"]

@@ -12,17 +12,25 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from anthropic.lib.tools import BetaAbstractMemoryTool, BetaFunctionToolResultType, ToolError
-from anthropic.types.beta import (
-    BetaCacheControlEphemeralParam,
-    BetaMemoryTool20250818CreateCommand,
-    BetaMemoryTool20250818DeleteCommand,
-    BetaMemoryTool20250818InsertCommand,
-    BetaMemoryTool20250818RenameCommand,
-    BetaMemoryTool20250818StrReplaceCommand,
-    BetaMemoryTool20250818ViewCommand,
-)
+from memfs.extras import missing_extra
 
+try:
+    from anthropic.lib.tools import (
+        BetaAbstractMemoryTool,
+        BetaFunctionToolResultType,
+        ToolError,
+    )
+    from anthropic.types.beta import (
+        BetaCacheControlEphemeralParam,
+        BetaMemoryTool20250818CreateCommand,
+        BetaMemoryTool20250818DeleteCommand,
+        BetaMemoryTool20250818InsertCommand,
+        BetaMemoryTool20250818RenameCommand,
+        BetaMemoryTool20250818StrReplaceCommand,
+        BetaMemoryTool20250818ViewCommand,
+    )
+except ModuleNotFoundError as exc:  # the optional extra: say how to install it
+    raise missing_extra(exc, "memfs.handler.MemoryTool") from None
 from memfs.memory.commands import DEFAULT_MAX_FILE_BYTES, MemoryHandler
 from memfs.memory.errors import CommandError
 from memfs.mountinfo import require_memfs
