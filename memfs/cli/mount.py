@@ -26,10 +26,12 @@ from memfs.cli.base import (
     command,
     option,
 )
-from memfs.cli.completion import DIRECTORY, complete_as
+from memfs.cli.completion import DIRECTORY, FILE, complete_as
 from memfs.cli.fuse_conventions import SourceError, apply_options, parse_source
 from memfs.mount.config import ConfigError, MountConfig, default_cache_dir
 
+#: The daemon's log file, as ``memfs.mount.daemon.reopen_log`` reopens it on SIGHUP.
+LOG_PATH_ENV = "MEMFS_LOG_PATH"
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -58,8 +60,8 @@ def register(sub: Any) -> None:
            "made elsewhere show within this time (default 1)")
     complete_as(option(m, "--cache-dir", metavar="DIR", env=True,
                        help="where the mount keeps its content cache and staged open files, "
-                       "and a background daemon its log (default ~/.cache/memfs; "
-                       "MEMFS_LOG_PATH names the log file itself)"), DIRECTORY)
+                       "and a background daemon its log (default ~/.cache/memfs; --log-file "
+                       "names the log file itself)"), DIRECTORY)
     option(m, "--cache-size", metavar="SIZE", env=True,
            help="bound of the on-disk content cache, kept across restarts (default 1G; 0 "
            "keeps nothing past the mount)")
@@ -97,6 +99,14 @@ def register(sub: Any) -> None:
     option(m, "--max-files", metavar="N", env=True,
            help="quota on the number of files under the prefix; EDQUOT past it")
     option(m, "--log-level", env=True, help="debug, info, warning or error (default info)")
+    option(m, "-d", "--debug", action="store_true", default=None, env=True,
+           help="log every FUSE operation and S3 request with its time (--log-level debug), "
+           "and stay in the foreground, as FUSE's -d does; also -o debug")
+    complete_as(option(m, "--log-file", metavar="FILE", env=True,
+                       env_note="MEMFS_LOG_PATH is its older name",
+                       help="write the daemon's log to FILE (appended; reopened on SIGHUP, for "
+                       "logrotate) instead of stderr, or for a background mount instead of "
+                       "CACHE_DIR/mount-*.log"), FILE)
 
     u = command(sub, "umount", cmd_umount, help="flush and unmount a memfs mount",
                 description="Unmount the memfs mount on MOUNTPOINT (fusermount3 -u) once every "
@@ -219,11 +229,11 @@ def mount_config(args: argparse.Namespace, twins: Twins) -> MountConfig:
         prefix=pick("prefix") or "",
         endpoint_url=pick("endpoint_url") or None,
         region=pick("region") or None,
-        foreground=bool(pick("foreground")),
+        foreground=bool(pick("foreground") or pick("debug")),
         read_only=bool(pick("read_only")),
         cache_dir=Path(cache_dir).absolute() if cache_dir else _usable(default_cache_dir()),
         allow_other=bool(pick("allow_other")),
-        log_level=(pick("log_level") or "info").lower(),
+        log_level="debug" if pick("debug") else (pick("log_level") or "info").lower(),
         **kwargs,
     )
 
@@ -275,8 +285,14 @@ def cmd_mount(args: argparse.Namespace, ctx: Context) -> int:
         config = mount_config(args, ctx.twins)
     except ConfigError as exc:
         return ctx.fail(str(exc), 2)
+    log_file = log_file_of(args, ctx.twins)
     if not config.foreground:
-        return _mount_in_background(config, ctx)
+        return _mount_in_background(config, ctx, log_file)
+    if log_file is not None:
+        try:
+            _log_to(log_file)
+        except OSError as exc:
+            return ctx.fail(f"cannot write the log {log_file} ({exc.strerror})")
     setup_logging(config.log_level)
     try:
         return daemon.run(config)
@@ -284,12 +300,28 @@ def cmd_mount(args: argparse.Namespace, ctx: Context) -> int:
         return ctx.fail(str(exc))
 
 
-def _log_path(config: MountConfig) -> Path:
-    """Where a background daemon writes its log: ``MEMFS_LOG_PATH``, else under the cache
+def log_file_of(args: argparse.Namespace, twins: Twins) -> Path | None:
+    """``--log-file`` (or ``MEMFS_LOG_FILE``, or its older name ``MEMFS_LOG_PATH``)."""
+    chosen = twins.pick(args, "log_file") or os.environ.get(LOG_PATH_ENV)
+    return Path(chosen).absolute() if chosen else None
+
+
+def _log_to(path: Path) -> None:
+    """Send stderr (the log) to `path`, appending; the daemon reopens it on SIGHUP."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    sys.stderr.flush()
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ[LOG_PATH_ENV] = str(path)
+
+
+def _log_path(config: MountConfig, chosen: Path | None = None) -> Path:
+    """Where a background daemon writes its log: ``--log-file``, else under the cache
     directory (``--cache-dir``, ``$XDG_CACHE_HOME/memfs``, ``~/.cache/memfs``)."""
     tag = hashlib.sha256(str(config.mountpoint).encode()).hexdigest()[:12]
-    if chosen := os.environ.get("MEMFS_LOG_PATH"):
-        return Path(chosen)
+    if chosen is not None:
+        return chosen
     return (config.cache_dir or default_cache_dir()) / f"mount-{tag}.log"
 
 
@@ -304,7 +336,8 @@ def _usable(directory: Path) -> Path | None:
     return directory
 
 
-def _mount_in_background(config: MountConfig, ctx: Context) -> int:
+def _mount_in_background(config: MountConfig, ctx: Context, log_file: Path | None = None
+                         ) -> int:
     """Start the daemon detached and return only once it reports the mount live (or failed)."""
     from memfs.mount.daemon import READY_FD_ENV
 
@@ -312,8 +345,9 @@ def _mount_in_background(config: MountConfig, ctx: Context) -> int:
     argv = [sys.executable, "-m", "memfs", *sys.argv[1:]]
     if "--foreground" not in argv:
         argv.append("--foreground")
-    log_path = _log_path(config)
-    env = {**os.environ, READY_FD_ENV: str(write_end)}
+    log_path = _log_path(config, log_file)
+    # The daemon's stderr is the log file; SIGHUP reopens it by this name (logrotate).
+    env = {**os.environ, READY_FD_ENV: str(write_end), LOG_PATH_ENV: str(log_path)}
     try:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         logf = open(log_path, "ab")  # noqa: SIM115 (closed by the with below)

@@ -7,7 +7,7 @@
 
 _shtab_memfs_subparsers=(mount umount status df doctor handle mcp install-unit history restore log show diff gc demo completion)
 
-_shtab_memfs_mount_option_strings=(-h --help --mountpoint -o --bucket --prefix --endpoint-url --region -f --foreground --read-only --metadata-ttl --cache-dir --cache-size --part-size --file-mode --dir-mode --umask --uid --gid --allow-other --s3-attempts --s3-timeout --instance --read-only-paths --max-file-size --max-total-bytes --max-files --log-level)
+_shtab_memfs_mount_option_strings=(-h --help --mountpoint -o --bucket --prefix --endpoint-url --region -f --foreground --read-only --metadata-ttl --cache-dir --cache-size --part-size --file-mode --dir-mode --umask --uid --gid --allow-other --s3-attempts --s3-timeout --instance --read-only-paths --max-file-size --max-total-bytes --max-files --log-level -d --debug --log-file)
 _shtab_memfs_umount_option_strings=(-h --help --lazy)
 _shtab_memfs_status_option_strings=(-h --help --json --prometheus --timeout)
 _shtab_memfs_df_option_strings=(-h --help --bucket --prefix --endpoint-url --region)
@@ -28,6 +28,7 @@ _shtab_memfs_option_strings=(-h --help --version)
 _shtab_memfs_mount_pos_0_COMPGEN=_shtab_compgen_dirs
 _shtab_memfs_mount___mountpoint_COMPGEN=_shtab_compgen_dirs
 _shtab_memfs_mount___cache_dir_COMPGEN=_shtab_compgen_dirs
+_shtab_memfs_mount___log_file_COMPGEN=_shtab_compgen_files
 _shtab_memfs_umount_pos_0_COMPGEN=_shtab_compgen_dirs
 _shtab_memfs_status_pos_0_COMPGEN=_shtab_compgen_dirs
 _shtab_memfs_df_pos_0_COMPGEN=_shtab_compgen_dirs
@@ -48,6 +49,8 @@ _shtab_memfs_mount__f_nargs=0
 _shtab_memfs_mount___foreground_nargs=0
 _shtab_memfs_mount___read_only_nargs=0
 _shtab_memfs_mount___allow_other_nargs=0
+_shtab_memfs_mount__d_nargs=0
+_shtab_memfs_mount___debug_nargs=0
 _shtab_memfs_umount__h_nargs=0
 _shtab_memfs_umount___help_nargs=0
 _shtab_memfs_umount___lazy_nargs=0
