@@ -55,7 +55,7 @@ def _stored(entries: Sequence[Version], version_id: str | None, display: str) ->
     v = find_version(entries, version_id, display)
     if v.deleted:
         raise HistoryError(f"version {v.version_id} of {display} is a deletion: it has no "
-                           "content (memfs history shows the versions that do)", usage=True)
+                           "content (memfs history shows the versions that do)")
     return v
 
 

@@ -263,10 +263,9 @@ def find_version(entries: Sequence[Version], version_id: str, display: str) -> V
                       if len(version_id) >= 4 else [])
     if len(found) > 1:
         raise HistoryError(f"version {version_id!r} of {display} is ambiguous: "
-                           f"{', '.join(v.version_id for v in found[:5])}", usage=True)
+                           f"{', '.join(v.version_id for v in found[:5])}")
     if not found:
-        raise HistoryError(f"{display} has no version {version_id} (memfs history lists them)",
-                           usage=True)
+        raise HistoryError(f"{display} has no version {version_id} (memfs history lists them)")
     return found[0]
 
 

@@ -124,7 +124,7 @@ def test_restore_after_an_editor_save_goes_back_to_different_content(
     assert rc == 0, err
     assert out.startswith(f"--- {f}@{first_id}\t") and "-first\n+second\n" in out
     rc, out, err = run(capsys, lambda a: show(*a), f"{f}@nosuchversion")
-    assert rc == 2 and "has no version nosuchversion" in err
+    assert rc == 1 and "has no version nosuchversion" in err
 
 
 def test_log_and_history_leave_out_editor_noise_unless_all(
