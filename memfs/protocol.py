@@ -30,7 +30,13 @@ XATTR_STATS = "user.memfs.stats"
 #: On an open file: the agent id recorded with its next upload.
 XATTR_AGENT = "user.memfs.agent"
 #: On an open file: make this descriptor a private transaction that uploads only at fsync().
+#: The value is ``1``, or ``reapply N`` from a writer that re-applies its edit to the newest
+#: version itself when it loses a race (the memory handler's str_replace/insert): its lost
+#: race keeps no conflict copy, and its N-th attempt that lands counts as a re-applied edit.
 XATTR_ATOMIC = "user.memfs.atomic"
+#: On a directory: a re-applying writer gave up (its edit no longer meant the same on the newest
+#: version), counted for `memfs status`. The value is ignored.
+XATTR_EDIT_REFUSED = "user.memfs.edit-refused"
 
 # -- object metadata (x-amz-meta-<key>) ----------------------------------------------------------
 META_MODE = "mode"  # decimal st_mode, file type bits included (s3fs-fuse)

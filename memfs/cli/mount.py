@@ -28,6 +28,7 @@ from memfs.cli.base import (
 )
 from memfs.cli.completion import DIRECTORY, FILE, complete_as
 from memfs.cli.fuse_conventions import SourceError, apply_options, parse_source
+from memfs.mount.cachetrust import private_dirs
 from memfs.mount.config import ConfigError, MountConfig, default_cache_dir
 
 #: The daemon's log file, as ``memfs.mount.daemon.reopen_log`` reopens it on SIGHUP.
@@ -68,6 +69,9 @@ def register(sub: Any) -> None:
     option(m, "--part-size", metavar="SIZE", env=True,
            help="files above this are uploaded in parts and read in ranges (default 8M; "
            "5M to 5G)")
+    option(m, "--read-ahead", metavar="N", env=True,
+           help="part-size ranged GETs a sequential reader of a big file keeps in flight "
+           "(default 10, like boto3; 0 fetches only what each read needs)")
     option(m, "--file-mode", metavar="OCTAL", env=True,
            help="mode of files whose object carries none (default 0600; see --umask)")
     option(m, "--dir-mode", metavar="OCTAL", env=True,
@@ -212,6 +216,7 @@ def mount_config(args: argparse.Namespace, twins: Twins) -> MountConfig:
             ("max_files", _number(int, "--max-files", pick("max_files"))),
             ("cache_size", _size("--cache-size", pick("cache_size"))),
             ("part_size", _size("--part-size", pick("part_size"))),
+            ("read_ahead", _number(int, "--read-ahead", pick("read_ahead"))),
             ("metadata_ttl", _number(float, "--metadata-ttl", pick("metadata_ttl"))),
             ("uid", _number(int, "--uid", pick("uid"))),
             ("gid", _number(int, "--gid", pick("gid")))):
@@ -330,7 +335,7 @@ def _usable(directory: Path) -> Path | None:
     a temporary directory, with a warning) when $HOME is not writable, as for some service
     users. A --cache-dir given explicitly is used as given: its errors are reported."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dirs(directory)  # 0700 whatever the umask (the mount refuses a shared one)
     except OSError:
         return None
     return directory
@@ -349,7 +354,7 @@ def _mount_in_background(config: MountConfig, ctx: Context, log_file: Path | Non
     # The daemon's stderr is the log file; SIGHUP reopens it by this name (logrotate).
     env = {**os.environ, READY_FD_ENV: str(write_end), LOG_PATH_ENV: str(log_path)}
     try:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(log_path.parent)
         logf = open(log_path, "ab")  # noqa: SIM115 (closed by the with below)
     except OSError as exc:
         os.close(read_end)

@@ -29,6 +29,7 @@ from memfs.cli.completion import DIRECTORY, complete_as
 from memfs.cli.text import table
 from memfs.mountinfo import mount_entries
 from memfs.protocol import FSTYPE, XATTR_SOURCE, XATTR_STATS
+from memfs.s3.endpoint import Capabilities
 
 
 def register(sub: Any) -> None:
@@ -175,11 +176,26 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         rows = [[str(v) for v in (
             st["mountpoint"], source_url(st["source"]), st["pid"], f"{st['uptime_s']:.0f}s",
             st["open_files"], st["pending_uploads"], st["conflicts"],
-            st.get("cache", {}).get("hits", 0), st["s3"].get("total", 0), _errors(st))]
+            st.get("cache", {}).get("hits", 0), st["s3"].get("total", 0), _errors(st),
+            # PUT/COPY/DELETE sent directly or through boto3 (memfs.s3.route; --json: why)
+            st["s3"].get("route", {}).get("writes", "-"))]
             for st in statuses]
         ctx.say(table(["MOUNTPOINT", "SOURCE", "PID", "UP", "OPEN", "PENDING", "CONFLICTS",
-                       "CACHE HITS", "S3 REQUESTS", "S3 ERRORS"], rows, right=range(2, 10)))
+                       "CACHE HITS", "S3 REQUESTS", "S3 ERRORS", "WRITES"], rows,
+                      right=range(2, 10)))
+        for st in statuses:  # what the endpoint does not enforce, and what memfs does instead
+            for line in endpoint_notes(st):
+                ctx.say(f"{st['mountpoint']}: endpoint: {line}")
     return 0
+
+
+def endpoint_notes(st: dict[str, Any]) -> list[str]:
+    """The mount's findings about its endpoint (``memfs.s3.endpoint``), one line each."""
+    found = st.get("endpoint") or {}
+    try:
+        return Capabilities(**found).summary() if found else []
+    except TypeError:  # a daemon of another version: its keys differ
+        return []
 
 
 def _errors(st: dict[str, Any]) -> int:

@@ -7,13 +7,13 @@
 
 _shtab_memfs_subparsers=(mount umount status df doctor handle mcp install-unit history restore log show diff gc demo completion)
 
-_shtab_memfs_mount_option_strings=(-h --help --mountpoint -o --bucket --prefix --endpoint-url --region -f --foreground --read-only --metadata-ttl --cache-dir --cache-size --part-size --file-mode --dir-mode --umask --uid --gid --allow-other --s3-attempts --s3-timeout --instance --read-only-paths --max-file-size --max-total-bytes --max-files --log-level -d --debug --log-file)
+_shtab_memfs_mount_option_strings=(-h --help --mountpoint -o --bucket --prefix --endpoint-url --region -f --foreground --read-only --metadata-ttl --cache-dir --cache-size --part-size --read-ahead --file-mode --dir-mode --umask --uid --gid --allow-other --s3-attempts --s3-timeout --instance --read-only-paths --max-file-size --max-total-bytes --max-files --log-level -d --debug --log-file)
 _shtab_memfs_umount_option_strings=(-h --help --lazy)
 _shtab_memfs_status_option_strings=(-h --help --json --prometheus --timeout)
 _shtab_memfs_df_option_strings=(-h --help --bucket --prefix --endpoint-url --region)
 _shtab_memfs_doctor_option_strings=(-h --help --bucket --prefix --endpoint-url --region --cache-dir --allow-other)
 _shtab_memfs_handle_option_strings=(-h --help --root --shared --max-file-bytes --secrets-guard --agent-id --allow-local)
-_shtab_memfs_mcp_option_strings=(-h --help --root --shared --max-file-bytes --secrets-guard --agent-id --allow-local --transport --host --port)
+_shtab_memfs_mcp_option_strings=(-h --help --root --shared --max-file-bytes --secrets-guard --agent-id --allow-local --transport --host --port --token-file --socket --no-auth)
 _shtab_memfs_install_unit_option_strings=(-h --help --instance --bucket --mountpoint --prefix --endpoint-url --region --set --unit-dir --env-dir --memfs-bin --force --no-reload)
 _shtab_memfs_history_option_strings=(-h --help --limit --json --all --bucket --prefix --endpoint-url --region)
 _shtab_memfs_restore_option_strings=(-h --help --version --bucket --prefix --endpoint-url --region)
@@ -72,6 +72,7 @@ _shtab_memfs_mcp__h_nargs=0
 _shtab_memfs_mcp___help_nargs=0
 _shtab_memfs_mcp___secrets_guard_nargs=0
 _shtab_memfs_mcp___allow_local_nargs=0
+_shtab_memfs_mcp___no_auth_nargs=0
 _shtab_memfs_install_unit__h_nargs=0
 _shtab_memfs_install_unit___help_nargs=0
 _shtab_memfs_install_unit___force_nargs=0

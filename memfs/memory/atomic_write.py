@@ -146,8 +146,10 @@ def _write_in_place(
     _close_committed(fd)
 
 
-def _begin_transaction(fd: int, agent_id: str | None) -> None:
-    os.setxattr(fd, XATTR_ATOMIC, b"1")
+def _begin_transaction(fd: int, agent_id: str | None, reapply: int = 0) -> None:
+    # ``reapply N``: this writer re-applies its edit on a lost race itself (memfs.memory.edits),
+    # so the mount keeps no conflict copy of it; N is the attempt.
+    os.setxattr(fd, XATTR_ATOMIC, f"reapply {reapply}".encode() if reapply else b"1")
     if agent_id:
         _tag_agent(fd, agent_id)  # before the upload, which records it
 
@@ -219,8 +221,10 @@ class Edit:
 
 
 @contextmanager
-def open_edit(dir_fd: int, name: str, *, agent_id: str | None = None) -> Iterator[Edit]:
+def open_edit(dir_fd: int, name: str, *, agent_id: str | None = None,
+              reapply: int = 0) -> Iterator[Edit]:
     """Open the existing file `name` in `dir_fd` for one read-modify-write (see `Edit`).
+    `reapply`: the attempt number of a writer that retries a lost race itself (0: it does not).
 
     Leaving the block without `commit` changes nothing (on memfs the transaction is discarded).
     Raises what `open` raises: `FileNotFoundError`, `OSError(ELOOP)` for a symlink, `EISDIR`.
@@ -239,7 +243,7 @@ def open_edit(dir_fd: int, name: str, *, agent_id: str | None = None) -> Iterato
         raise
     try:
         if transactional:
-            _begin_transaction(fd, agent_id)
+            _begin_transaction(fd, agent_id, reapply)
         yield edit
     finally:
         if transactional and edit.committed:

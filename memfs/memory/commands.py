@@ -3,7 +3,8 @@
 Owns what view, create, str_replace, insert, delete and rename do and their exact result texts,
 through `MemoryHandler.run()` (text or `CommandError`), `MemoryHandler.execute()` (content blocks
 for image views) and `tool_result()` (a Messages API `tool_result` block). Input checks live in
-`memfs.memory.schema`, reads and listings in `memfs.memory.files`, the path walk (never through a
+`memfs.memory.schema`, str_replace and insert (with their re-application after a lost race) in
+`memfs.memory.edits`, reads and listings in `memfs.memory.files`, the path walk (never through a
 symlink, never outside the root) in `memfs.memory.paths`, writes (all or nothing; one PUT on a
 memfs mount) in `memfs.memory.atomic_write`, and view formatting in `memfs.memory.view`. Texts
 follow the SDK's `BetaLocalFilesystemMemoryTool`; every deliberate difference is listed in
@@ -15,14 +16,12 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from memfs.memory import files, names, secrets_guard, text, view
+from memfs.memory import edits, files, names, secrets_guard, view
 from memfs.memory.atomic_write import (
     Edit,
-    open_edit,
     rename_noreplace,
     sync_directory,
     write_file,
@@ -97,8 +96,8 @@ class MemoryHandler:
         self._dispatch: dict[str, Callable[[dict[str, Any]], Content]] = {
             "view": self._view,
             "create": self._create,
-            "str_replace": self._str_replace,
-            "insert": self._insert,
+            "str_replace": lambda f: edits.str_replace(self, f),
+            "insert": lambda f: edits.insert(self, f),
             "delete": self._delete,
             "rename": self._rename,
         }
@@ -157,30 +156,6 @@ class MemoryHandler:
                 files.remove(fd, entry)
 
     # -- helpers ---------------------------------------------------------------------------
-
-    @contextmanager
-    def _edit(self, dir_fd: int, mp: MemoryPath) -> Iterator[tuple[Edit, str]]:
-        """Open `mp` for one read-modify-write; yield the edit and the text it read.
-
-        On a memfs mount the read and the later `_write(..., edit=)` are one transaction: an
-        edit committed by anyone in between makes the write fail (ESTALE) instead of being lost.
-        Leaving the block without writing changes nothing.
-        """
-        with ExitStack() as stack:
-            try:
-                edit = stack.enter_context(open_edit(dir_fd, mp.name, agent_id=self.agent_id))
-            except OSError as err:
-                raise files.open_refusal(mp, err) from None
-            files.check_readable(edit.stat, mp)
-            size = edit.stat.st_size
-            if size > self.max_file_bytes:
-                raise CommandError(
-                    f"The file {mp.display} is {view.format_size(size)}, over the "
-                    f"{self.max_file_bytes:,}-byte limit for one memory file, so str_replace and "
-                    "insert cannot edit it; nothing was changed. View it in parts with "
-                    "`view_range`, or delete it."
-                )
-            yield edit, files.decode(mp, edit.read(files.MAX_READ_BYTES))
 
     def _encode_for_write(self, mp: MemoryPath, content: str) -> bytes:
         data = content.encode("utf-8")
@@ -326,73 +301,6 @@ class MemoryHandler:
         if st is None:
             return f"File created successfully at: {mp.display}"
         return f"File overwritten successfully at: {mp.display}"
-
-    def _str_replace(self, f: dict[str, Any]) -> Content:
-        mp = parse(f["path"])
-        self._writable(mp)
-        old, new = f["old_str"], f["new_str"] or ""
-        if old == "":
-            raise CommandError(
-                "Parameter `old_str` must not be empty: give the exact text to replace, with "
-                "enough context to occur once in the file."
-            )
-        with self.root.walk(mp) as parent:
-            files.require_regular_file(parent, mp, "str_replace")
-            with self._edit(parent, mp) as (edit, content):
-                found = text.find_first(content, old, text.MAX_LISTED_OCCURRENCES + 1)
-                shown_old = text.shorten(old, text.MAX_SHOWN_OLD)
-                if not found:
-                    raise CommandError(
-                        f"No replacement was performed, old_str `{shown_old}` did not appear "
-                        f"verbatim in {mp.display}."
-                    )
-                if len(found) > 1:
-                    listed = found[:text.MAX_LISTED_OCCURRENCES]
-                    lines = ", ".join(str(n) for n in text.line_numbers(content, listed))
-                    if len(found) > text.MAX_LISTED_OCCURRENCES:
-                        # the total without overlaps: one linear count (str.count)
-                        total = max(content.count(old), len(found))
-                        lines += f" and at least {total - len(listed):,} more"
-                    raise CommandError(
-                        f"No replacement was performed. Multiple occurrences of old_str "
-                        f"`{shown_old}` in lines: {lines}. Please ensure it is unique"
-                    )
-                pos = found[0]
-                new_content = content[:pos] + new + content[pos + len(old) :]  # literal
-                self._guard(mp, new_content, (pos, pos + len(new)))
-                self._write(parent, mp, self._encode_for_write(mp, new_content), edit=edit)
-        changed = content.count("\n", 0, pos)
-        new_lines = new_content.split("\n")
-        first, last = max(0, changed - 2), min(len(new_lines), changed + 3)
-        snippet = [view.numbered(n, text.shorten(new_lines[n - 1], text.MAX_SNIPPET_LINE))
-                   for n in range(first + 1, last + 1)]
-        return (
-            "The memory file has been edited. Here is the snippet showing the change "
-            "(with line numbers):\n" + "\n".join(snippet)
-        )
-
-    def _insert(self, f: dict[str, Any]) -> Content:
-        mp = parse(f["path"])
-        self._writable(mp)
-        with self.root.walk(mp) as parent:
-            files.require_regular_file(parent, mp, "insert")
-            with self._edit(parent, mp) as (edit, content):
-                lines = text.split_lines_keeping_cr(content)
-                at = f["insert_line"]
-                if not 0 <= at <= len(lines):
-                    raise CommandError(
-                        f"Invalid `insert_line` parameter: {at}. "
-                        f"It should be within the range [0, {len(lines)}]."
-                    )
-                lines.insert(at, f["insert_text"].rstrip("\n"))
-                # Every line ends with a newline afterwards; unlike the SDK (which adds one only
-                # if the joined text lacks it), a blank last line or an inserted empty line
-                # survives.
-                new_content = "\n".join(lines) + "\n"
-                start = sum(len(line) + 1 for line in lines[:at])
-                self._guard(mp, new_content, (start, start + len(lines[at])))
-                self._write(parent, mp, self._encode_for_write(mp, new_content), edit=edit)
-        return f"The file {mp.display} has been edited."
 
     def _delete(self, f: dict[str, Any]) -> Content:
         mp = parse(f["path"])

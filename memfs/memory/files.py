@@ -122,37 +122,64 @@ def list_dir(mp: MemoryPath, dir_fd: int) -> str:
     """The listing of `mp` two levels deep. Any directory it covers that cannot be listed
     fails the whole view (never a listing with entries silently missing); only entries that
     vanish while listing are left out."""
-    return view.directory_listing(mp.display, list_entries(mp, dir_fd))
+    entries = list_entries(mp, dir_fd)
+    return view.directory_listing(mp.display, entries, capped=entries.capped)
+
+
+class Entries(list[tuple[int, str]]):
+    """`list_entries`' answer; `capped`: the walk stopped at `view.MAX_VIEW_NAMES` names."""
+
+    capped = False
 
 
 def list_entries(mp: MemoryPath, dir_fd: int, rel: str = "", depth: int = 1,
-                 skip: frozenset[str] = frozenset()) -> list[tuple[int, str]]:
+                 skip: frozenset[str] = frozenset()) -> Entries:
     """The entries `list_dir` shows: (size, path relative to `mp`), depth first, by name.
 
     `rel`/`depth` start the walk below `mp` (for a shared area shown inside a listing);
-    top-level names in `skip` are left out."""
-    entries: list[tuple[int, str]] = []
+    top-level names in `skip` are left out.
+
+    Bounded whatever the directory holds (issue #30: a planted directory of 100,000 entries
+    took minutes and a gigabyte): names are read one by one (`os.scandir`) and the walk stops
+    after `view.MAX_VIEW_NAMES` of them in all (`capped`), more than a 16,000-character
+    listing can show; only regular files are `stat`ed (for their size: a directory's type comes
+    with its name). On a memfs mount names come in order, so the first ones by name are kept;
+    and the daemon reads the metadata of only the names the kernel was asked for."""
+    entries = Entries()
     base = mp.display.rstrip("/") or mp.display
+    budget = [view.MAX_VIEW_NAMES]
+
+    def read_names(fd: int, where: str) -> list[os.DirEntry[str]]:
+        items = []
+        try:
+            with os.scandir(fd) as it:
+                for item in it:
+                    if budget[0] <= 0:
+                        entries.capped = True
+                        break
+                    budget[0] -= 1
+                    items.append(item)
+        except OSError as err:
+            raise list_error(where, err) from err
+        return sorted(items, key=lambda e: e.name)
 
     def collect(fd: int, rel: str, depth: int) -> None:
         where = f"{base}/{rel}" if rel else mp.display
-        try:
-            with os.scandir(fd) as it:
-                items = sorted(it, key=lambda e: e.name)
-        except OSError as err:
-            raise list_error(where, err) from err
-        for item in items:
+        for item in read_names(fd, where):
             if item.name.startswith(".") or item.name in view.EXCLUDED_NAMES:
                 continue
             shown = names.escape(item.name)  # the name policy: refused characters escaped
             item_rel = f"{rel}/{shown}" if rel else shown
             try:
-                st = item.stat(follow_symlinks=False)
+                is_dir = item.is_dir(follow_symlinks=False)  # d_type: no stat
+                if not is_dir and not item.is_file(follow_symlinks=False):
+                    continue  # symlinks, sockets, fifos: not memory files, not listed
+                st = None if is_dir else item.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue  # vanished while listing
             except OSError as err:
                 raise list_error(f"{base}/{item_rel}", err) from err
-            if stat.S_ISDIR(st.st_mode):
+            if is_dir:
                 entries.append((view.DIRECTORY_SIZE, item_rel + "/"))
                 if depth < 2:
                     try:
@@ -166,9 +193,8 @@ def list_entries(mp: MemoryPath, dir_fd: int, rel: str = "", depth: int = 1,
                         collect(sub, item_rel, depth + 1)
                     finally:
                         os.close(sub)
-            elif stat.S_ISREG(st.st_mode):
+            elif st is not None and stat.S_ISREG(st.st_mode):
                 entries.append((st.st_size, item_rel))
-            # symlinks, sockets, fifos: not memory files, not listed
 
     # The caller's descriptor comes from a walk (O_PATH): scandir needs the directory open.
     try:
@@ -180,5 +206,5 @@ def list_entries(mp: MemoryPath, dir_fd: int, rel: str = "", depth: int = 1,
     finally:
         os.close(top)
     if skip:
-        entries = [e for e in entries if e[1].split("/")[0].rstrip("/") not in skip]
+        entries[:] = [e for e in entries if e[1].split("/")[0].rstrip("/") not in skip]
     return entries

@@ -5,7 +5,9 @@ run the Messages API's built-in memory tool themselves:
 
     memfs mcp --root /memories                                  # stdio (the default)
     memfs mcp --root /memories --transport http --port 8765     # streamable HTTP at
-                                                                # http://127.0.0.1:8765/mcp
+                                                                # http://127.0.0.1:8765/mcp,
+                                                                # bearer token (mcp_auth)
+    memfs mcp --root /memories --transport http --socket /run/user/1000/memfs-mcp.sock
     memfs mcp --root /memories/users/alice --shared team=/memories/team
 
 (``python -m memfs.memory.mcp_server`` is the same program.) The options are the handler's
@@ -41,6 +43,13 @@ import mcp.types as types
 from mcp.server.lowlevel import Server
 
 from memfs.handler import CommandError, MemoryHandler
+from memfs.memory.mcp_auth import (
+    AuthSetupError,
+    BearerAuth,
+    default_token_file,
+    load_or_create_token,
+    unix_socket,
+)
 from memfs.memory.options import add_mcp_options, check_root, handler_options
 
 __all__ = ["DESCRIPTION", "INPUT_SCHEMA", "TOOL_NAME", "MemoryToolService", "build_server", "main"]
@@ -204,11 +213,12 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def http_app(server: Server, host: str) -> Any:
-    """A Starlette app serving `server` over streamable HTTP at `/mcp`.
+def http_app(server: Server, host: str | None, token: str | None = None) -> Any:
+    """A Starlette app serving `server` over streamable HTTP at `/mcp`; with `token`, only to
+    requests carrying it (`mcp_auth.BearerAuth`).
 
     Bound to a loopback address, only requests whose Host (and Origin, if any) name a loopback
-    address are served (DNS-rebinding protection).
+    address are served (DNS-rebinding protection). `host` None: a Unix socket.
     """
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
@@ -216,7 +226,7 @@ def http_app(server: Server, host: str) -> Any:
     from starlette.routing import Route
 
     security = None
-    if _is_loopback(host):
+    if host is not None and _is_loopback(host):
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
@@ -228,8 +238,55 @@ def http_app(server: Server, host: str) -> Any:
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
             await manager.handle_request(scope, receive, send)
 
-    return Starlette(routes=[Route("/mcp", endpoint=Endpoint())],
-                     lifespan=lambda app: manager.run())
+    app = Starlette(routes=[Route("/mcp", endpoint=Endpoint())],
+                    lifespan=lambda app: manager.run())
+    return app if token is None else BearerAuth(app, token)
+
+
+def _http_token(args: argparse.Namespace) -> str | None:
+    """The token HTTP requests must carry (None: the socket's permissions, or --no-auth on
+    loopback, decide); shown on stderr once, when it is made. Raises `AuthSetupError`."""
+    if args.no_auth:
+        if args.socket is None and not _is_loopback(args.host):
+            raise AuthSetupError(f"refusing --no-auth on {args.host}: anyone who can reach it "
+                                 "could read and change the memories; drop --no-auth (a bearer "
+                                 "token is used) or serve on 127.0.0.1 or a --socket")
+        return None
+    if args.socket is not None and args.token_file is None:
+        return None
+    path = args.token_file or default_token_file()
+    token, created = load_or_create_token(path)
+    if created:
+        print(f"{PROG}: made a bearer token in {path} (0600; shown this once): {token}\n"
+              f"{PROG}: MCP clients send it as the header 'Authorization: Bearer <token>'",
+              file=sys.stderr)
+    else:
+        print(f"{PROG}: requests must carry the bearer token in {path}", file=sys.stderr)
+    return token
+
+
+def _serve_http(server: Server, args: argparse.Namespace) -> None:
+    import uvicorn
+
+    token = _http_token(args)
+    if args.socket is not None:
+        sock = unix_socket(args.socket)
+        print(f"{PROG}: serving {args.root} at http://localhost/mcp on the socket "
+              f"{args.socket} (0600)", file=sys.stderr)
+        config = uvicorn.Config(http_app(server, None, token), log_level="warning")
+        try:  # (uvicorn re-raises SIGTERM after serving: the socket may stay; the next
+            uvicorn.Server(config).run(sockets=[sock])  # start replaces a stale one of ours)
+        finally:
+            sock.close()
+            args.socket.unlink(missing_ok=True)
+        return
+    if token is None:
+        print(f"{PROG}: warning: --no-auth: every local user can read and change "
+              f"{args.root} through port {args.port}", file=sys.stderr)
+    print(f"{PROG}: serving {args.root} at http://{args.host}:{args.port}/mcp",
+          file=sys.stderr)
+    uvicorn.run(http_app(server, args.host, token), host=args.host, port=args.port,
+                log_level="warning")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -257,16 +314,10 @@ def run(args: argparse.Namespace) -> int:
         if args.transport == "stdio":
             anyio.run(serve_stdio, server)
         else:
-            import uvicorn
-
-            if not _is_loopback(args.host):
-                print(f"{PROG}: warning: serving {args.root} on {args.host} without "
-                      "authentication; anyone who can reach it can read and change it",
-                      file=sys.stderr)
-            print(f"{PROG}: serving {args.root} at http://{args.host}:{args.port}/mcp",
-                  file=sys.stderr)
-            uvicorn.run(http_app(server, args.host), host=args.host, port=args.port,
-                        log_level="warning")
+            _serve_http(server, args)
+    except AuthSetupError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     return 0

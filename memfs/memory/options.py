@@ -63,6 +63,15 @@ def add_mcp_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio",
                         help="stdio (default), or streamable HTTP at http://HOST:PORT/mcp")
     parser.add_argument("--host", default="127.0.0.1",
-                        help="HTTP: address to bind (default 127.0.0.1; there is no "
-                        "authentication)")
+                        help="HTTP: address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765)")
+    parser.add_argument("--token-file", type=Path, default=None, metavar="FILE",
+                        help="HTTP: the bearer token every request must send (generated there, "
+                        "0600, and shown once if missing; default "
+                        "$XDG_CONFIG_HOME/memfs/mcp-token)")
+    parser.add_argument("--socket", type=Path, default=None, metavar="PATH",
+                        help="HTTP: serve on a Unix socket made 0600 instead of a TCP port "
+                        "(its permissions decide who connects; no token unless --token-file)")
+    parser.add_argument("--no-auth", action="store_true",
+                        help="HTTP: no token on a loopback port: every local user can read and "
+                        "change the memories (refused on other addresses)")

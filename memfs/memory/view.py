@@ -29,6 +29,10 @@ _SIGNATURES = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}
 DIRECTORY_SIZE = 4096
 #: Never listed by a directory view (besides names starting with ".").
 EXCLUDED_NAMES = frozenset({"node_modules"})
+#: A directory view reads at most this many names in all (hidden ones included): more than
+#: VIEW_CHAR_LIMIT characters can show (an entry line is at least ~8 characters), few enough
+#: that a planted directory of 100,000 entries costs what 2,000 do (docs/HANDLER.md, Bounds).
+MAX_VIEW_NAMES = 2_000
 
 
 def format_size(n: int) -> str:
@@ -41,11 +45,13 @@ def format_size(n: int) -> str:
     return f"{int(size)}{units[i]}" if size == int(size) else f"{size:.1f}{units[i]}"
 
 
-def directory_listing(display: str, entries: Sequence[tuple[int, str]]) -> str:
+def directory_listing(display: str, entries: Sequence[tuple[int, str]],
+                      capped: bool = False) -> str:
     """`entries` are (size, relative path, with a trailing `/` for directories), in order.
 
     At most `VIEW_CHAR_LIMIT` characters of entry lines, like a file view; the rest are left
-    out with a note saying how many.
+    out with a note saying how many. `capped`: the walk stopped after `MAX_VIEW_NAMES` names,
+    so there are more than `entries` (the note says so).
     """
     header = (
         f"Here're the files and directories up to 2 levels deep in {display}, "
@@ -58,14 +64,23 @@ def directory_listing(display: str, entries: Sequence[tuple[int, str]]) -> str:
         line = f"{format_size(size)}\t{base}/{rel}"
         if used + 1 + len(line) > VIEW_CHAR_LIMIT:
             left = len(entries) - i
+            if capped:
+                count = (f"showing {i:,} entries; more than {left:,} were left out (a view "
+                         f"reads at most {MAX_VIEW_NAMES:,} names)")
+            else:
+                count = (f"showing {i:,} of {len(entries):,} entries; {left:,} entries were "
+                         "left out")
             return (
                 header + "\n" + "\n".join(lines)
-                + f"\n\n[Output truncated at {VIEW_CHAR_LIMIT:,} characters: showing {i:,} of "
-                f"{len(entries):,} entries; {left:,} entries were left out. View a subdirectory "
-                "to see more.]"
+                + f"\n\n[Output truncated at {VIEW_CHAR_LIMIT:,} characters: {count}. View a "
+                "subdirectory to see more.]"
             )
         lines.append(line)
         used += 1 + len(line)
+    if capped:
+        lines.append(f"\n[Listing truncated: a view reads at most {MAX_VIEW_NAMES:,} names and "
+                     f"this directory holds more; showing the {len(entries):,} entries among "
+                     "them. View a subdirectory to see more.]")
     return header + "\n" + "\n".join(lines)
 
 

@@ -237,10 +237,16 @@ class Blob:
         return copy
 
     def sha256(self) -> str:
-        digest = hashlib.sha256()
+        return self.digests("sha256")["sha256"]
+
+    def digests(self, *names: str) -> dict[str, str]:
+        """The hex digests (``hashlib`` names) of the whole blob, in one pass over its bytes."""
+        hashes = [hashlib.new(name) for name in names]
         for off in range(0, self.size, CHUNK):
-            digest.update(self.read(off, CHUNK))
-        return digest.hexdigest()
+            chunk = self.read(off, CHUNK)
+            for h in hashes:
+                h.update(chunk)
+        return {name: h.hexdigest() for name, h in zip(names, hashes, strict=True)}
 
 
 def disk_usage(blob: Blob) -> int:

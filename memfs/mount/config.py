@@ -87,6 +87,9 @@ class MountConfig:
     # the part size: files above it are uploaded in parts and read in ranges.
     cache_size: int = 1024**3
     part_size: int = 8 * 1024**2
+    # Part-size ranged GETs a sequential reader of a big file keeps in flight (the window grows
+    # to it; the whole mount's read-ahead never exceeds it); 0 fetches only what reads need.
+    read_ahead: int = 10
 
     def __post_init__(self) -> None:
         if not self.bucket:
@@ -114,6 +117,8 @@ class MountConfig:
         if not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:
             raise ConfigError(f"--part-size must be between 5M and 5G (S3's limits on a part), "
                               f"got {self.part_size}")
+        if self.read_ahead < 0:
+            raise ConfigError(f"--read-ahead must be >= 0, got {self.read_ahead}")
         object.__setattr__(self, "prefix", normalize_prefix(self.prefix))
         object.__setattr__(self, "read_only_paths", tuple(
             normalize_prefix(p).rstrip("/") for p in self.read_only_paths if p.strip("/")))

@@ -26,15 +26,15 @@ import pyfuse3
 import trio
 
 from memfs.mount import sdnotify
+from memfs.mount.cachetrust import CacheRefused
 from memfs.mount.config import MountConfig, default_cache_dir
-from memfs.mount.diskcache import CacheInUse
 from memfs.mount.fs import MemFS
 from memfs.mount.quota import Usage
 from memfs.mountinfo import is_mountpoint
 from memfs.s3 import transfer
-from memfs.s3.client import make_client
-from memfs.s3.direct import make_direct_requests
+from memfs.s3.endpoint import probe_endpoint
 from memfs.s3.errors import ClientSetupError, StoreError
+from memfs.s3.route import connect
 from memfs.s3.store import Store
 
 log = logging.getLogger(__name__)
@@ -149,16 +149,26 @@ def _report_warning(message: str) -> None:
             os.write(int(fd), f"WARN {message}\n".encode())
 
 
-def check_conditional_writes(store: Store, config: MountConfig) -> None:
-    """Warn when the endpoint ignores ``If-Match``: memfs's promise that no writer silently
-    loses an update rests on it (a read-only mount writes nothing and does not ask)."""
-    if config.read_only or store.enforces_conditional_writes() is not False:
+def learn_endpoint(store: Store, config: MountConfig) -> None:
+    """Find out what the endpoint enforces (``memfs.s3.endpoint``), log it, have the store send
+    what works, and warn when a promise cannot be kept there: no writer silently loses an
+    update rests on ``If-Match``. A read-only mount writes nothing and does not ask."""
+    if config.read_only:
         return
+    caps = probe_endpoint(store)
+    store.use_capabilities(caps)
     endpoint = endpoint_name(config)
-    _report_warning(f"the S3 endpoint {endpoint} does not enforce conditional writes "
-                    "(If-Match): two writers can overwrite each other's changes without an "
-                    "error or a conflict copy; use an endpoint that enforces them (AWS S3, "
-                    "MinIO, Ceph RGW)")
+    for line in caps.summary():
+        log.info("S3 endpoint %s: %s", endpoint, line)
+    if caps.if_match == "ignored":
+        _report_warning(f"the S3 endpoint {endpoint} does not enforce conditional writes "
+                        "(If-Match): two writers can overwrite each other's changes without an "
+                        "error or a conflict copy; use an endpoint that enforces them (AWS S3, "
+                        "MinIO, Ceph RGW)")
+    elif not caps.conditional_multipart:
+        _report_warning(f"the S3 endpoint {endpoint} does not condition multipart uploads: "
+                        "each file is written with one conditional PUT, so files over 5 GiB "
+                        "cannot be written (EFBIG)")
 
 
 def run(config: MountConfig) -> int:
@@ -167,21 +177,15 @@ def run(config: MountConfig) -> int:
         check_mountpoint(config.mountpoint)
         check_fuse_access(config.allow_other)
         try:
-            client = make_client(
-                config.endpoint_url, config.region, max_attempts=config.max_attempts,
-                connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
+            clients = connect(
+                config.endpoint_url, config.region, config.bucket,
+                max_attempts=config.max_attempts, connect_timeout=config.connect_timeout,
+                read_timeout=config.read_timeout, slow_read_timeout=SLOW_READ_TIMEOUT_S,
                 max_connections=config.max_connections)
         except ClientSetupError as exc:
             raise MountError(str(exc)) from None
-        store = Store(client, config.bucket, config.prefix)
-        store.send_directly(make_direct_requests(
-            client, max_attempts=config.max_attempts, connect_timeout=config.connect_timeout,
-            read_timeout=config.read_timeout, max_connections=config.max_connections))
-        store.use_for_slow_requests(make_client(
-            config.endpoint_url, config.region, max_attempts=config.max_attempts,
-            connect_timeout=config.connect_timeout,
-            read_timeout=max(config.read_timeout, SLOW_READ_TIMEOUT_S),
-            max_connections=config.max_connections))
+        store = Store(clients.client, config.bucket, config.prefix)
+        clients.serve(store)  # the bucket's region, direct writes or boto3 (memfs.s3.route)
         try:
             store.check_access()
         except StoreError as exc:
@@ -189,12 +193,12 @@ def run(config: MountConfig) -> int:
     except MountError as exc:
         _report_ready(f"ERROR {exc}")
         raise
-    check_conditional_writes(store, config)
+    learn_endpoint(store, config)
 
     try:
         fs = MemFS(store, config)
-    except (CacheInUse, OSError) as exc:
-        message = str(exc) if isinstance(exc, CacheInUse) else (
+    except (CacheRefused, OSError) as exc:  # in use by another mount, or not private
+        message = str(exc) if isinstance(exc, CacheRefused) else (
             f"cannot use the cache directory {config.cache_dir}: {exc.strerror}")
         _report_ready(f"ERROR {message}")
         raise MountError(message) from None

@@ -7,9 +7,9 @@ open consistency); write-only opens load lazily, and their first write insists o
 open saw; appends revalidate at open and always write at the end of the bytes they hold.
 
 Bytes live on disk (``Blob``): a read serves what the blob holds and fetches missing ranges of a
-big file first (with read-ahead while reads are sequential); the first write to a version forks
-a staged copy. The disk filling up is ENOSPC for the write that cannot be staged; nothing
-acknowledged is lost (it is staged or in S3).
+big file first (with a window of ranged GETs ahead while reads are sequential: readahead.py);
+the first write to a version forks a staged copy. The disk filling up is ENOSPC for the write
+that cannot be staged; nothing acknowledged is lost (it is staged or in S3).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import time
 from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.handles import OpenFile
 from memfs.mount.nodes import ROOT_INODE, Kind, Node, child_path
+from memfs.mount.prefetch import Prefetch
 from memfs.mount.state import AttrChange, Caller, Opened, fail, thread_group
-from memfs.mount.upload import Upload
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ MAX_OBJECT = 5 * 1024**4
 SQLITE_SHM = "-shm"
 
 
-class DataPath(Upload):
+class DataPath(Prefetch):
     """Open files (see the module docstring)."""
 
     async def create(self, parent_inode: int, text: str, mode: int, flags: int,
@@ -60,6 +60,7 @@ class DataPath(Upload):
             node = self.inodes.add(path, Kind.FILE, stat.S_IFREG | stat.S_IMODE(mode),
                                    ctx.uid, ctx.gid)
             node.meta_known = True
+            node.set_own_mode(mode)
             node.mtime = node.validated_at = time.time()
             of = OpenFile(node, body=self._new_blob(), is_new=True, dirty=True)
             self.handles.shared[node.inode] = of
@@ -242,6 +243,8 @@ class DataPath(Upload):
             if not body.missing(off, size):
                 break
             await self._fetch_for_read(of, body, off, size)
+        if body.etag is not None and not body.complete:
+            self._read_ahead(of, body, off, size)
         of.read_end = off + size
         data = body.read(off, size)
         node = of.node
@@ -279,6 +282,8 @@ class DataPath(Upload):
             # group may execute. The new mode goes up with the data.
             kill = stat.S_ISUID | (stat.S_ISGID if node.mode & stat.S_IXGRP else 0)
             node.mode &= ~kill
+            if node.own_mode is not None:
+                node.own_mode &= ~kill
             node.ctime = time.time()
             self.kernel.forget_attrs(node.inode)
         self._staged(body.write, off, buf)
@@ -343,7 +348,7 @@ class DataPath(Upload):
                     await self._upload(temp)
         changed = False
         if change.mode is not None:
-            node.mode = stat.S_IFMT(node.mode) | stat.S_IMODE(change.mode)
+            node.set_own_mode(change.mode)
             changed = True
         for name in ("uid", "gid", "mtime", "atime"):
             if (value := getattr(change, name)) is not None:

@@ -11,8 +11,9 @@ On disk (``root`` is ``--cache-dir``/``content-<tag>``, one per mount source and
     lock              flock()ed by the mount using the directory, holds its pid
     staging/          open files' staged bytes (``Blob``), removed at the next start
     objects/X.data    one version of one object (sparse while only ranges were read)
+    key               the HMAC key sealing the records (0600; cachetrust)
     objects/records.jsonl
-                      one line {"name": X, "path", "etag", "size", "sha256", "info"} appended
+                      one line {"name": X, "path", "etag", "size", "sha256", "info", "mac"} appended
                       once X.data is complete (and again when a rename moves it); the last line
                       naming X wins, a line whose X.data is gone is stale, an X.data no line
                       names is discarded at the next start, which rewrites the file compactly
@@ -23,11 +24,14 @@ and renamed, as until 2026-12): every upload publishes a new version, and on ext
 rename and unlink of a small file per version cost about 0.2 ms of daemon CPU per memory command
 at K = 1 (``docs/PERFORMANCE.md``), where one ``write`` on an ``O_APPEND`` descriptor costs a few
 microseconds. A line cut short by a crash or a full disk is skipped at the next start (that
-entry is fetched again); ``X.json`` records left by an older memfs are read once and folded in.
+entry is fetched again). Records of an older memfs (``X.json``, or lines without a ``mac``) are
+not sealed: they are discarded, and those objects fetched again once.
 
-Integrity: an entry read back after a restart is checked once against its SHA-256 before its
-first use (a crash mid-write, a full disk or someone editing the directory leave a file that does
-not match: it is discarded, never served); entries this process wrote are trusted. LRU-bounded
+Integrity (``cachetrust``): the tree must be private to the mount's user, or the mount refuses
+it; records are sealed with a key only that user can read; an entry read back after a restart is
+checked once before its first use against the MD5 its ETag vouches for, else its sealed SHA-256
+(a crash mid-write, a full disk or someone editing the directory leave a file that does not
+match: it is discarded, never served); entries this process wrote are trusted. LRU-bounded
 by ``max_bytes`` (an entry's full size counts); an entry bigger than the bound is not kept. With
 ``persistent`` off (``--cache-size 0``) nothing outlives the mount and the bound is
 ``SESSION_BYTES``, as before the cache moved to disk.
@@ -57,6 +61,15 @@ from pathlib import Path
 from typing import Any
 
 from memfs.mount.blobs import Blob, Ranges
+from memfs.mount.cachetrust import (
+    CacheRefused,
+    check_tree,
+    load_key,
+    md5_of_etag,
+    private_dirs,
+    seal,
+    unseal,
+)
 from memfs.s3.objectmeta import ObjectInfo
 
 log = logging.getLogger(__name__)
@@ -72,7 +85,7 @@ _NAME = re.compile(r"[0-9a-f]{32}")
 COMPACT_SLACK = 1024
 
 
-class CacheInUse(Exception):
+class CacheInUse(CacheRefused):
     """Another live mount holds the cache directory; ``str()`` is the one line to show."""
 
 
@@ -118,9 +131,16 @@ class DiskCache:
         # Runs a rewrite (of the whole records file: seconds for half a million entries) off
         # the caller's thread; inline when not given (tests, and the start of a mount).
         self._background = background or (lambda job: job())
-        self._lock_fd = self._take_lock()
+        # Nobody but this user may be able to change what the cache serves (cachetrust).
+        private_dirs(self.root)
         for d in (self.staging, self.objects, self.uploads):
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(mode=0o700, exist_ok=True)
+        own = [self.root, self.staging, self.objects, self.uploads]
+        check_tree(own[0], own[1:]) if self._temporary else check_tree(self.root.parent, own)
+        for d in own:
+            os.chmod(d, 0o700)  # nobody else could write it (checked): nobody else reads it
+        self._key = load_key(self.root)
+        self._lock_fd = self._take_lock()
         _empty(self.staging)
         if self.persistent:
             self._load()
@@ -130,8 +150,8 @@ class DiskCache:
             _empty(self.objects)
 
     def _take_lock(self) -> int:
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -176,8 +196,15 @@ class DiskCache:
             blob = Blob.open_file(self._data(entry.name), entry.size, entry.present, entry.etag)
         except OSError:
             return False
+        md5 = md5_of_etag(entry.etag)
         try:
-            return os.fstat(blob.fd).st_size == entry.size and blob.sha256() == entry.sha256
+            if os.fstat(blob.fd).st_size != entry.size:
+                return False
+            # What S3 vouches for (the MD5 of a single-part object: an object encrypted with
+            # SSE-KMS/SSE-C fails it and is fetched again), else the sealed SHA-256.
+            if md5 is not None:
+                return blob.digests("md5")["md5"] == md5
+            return blob.sha256() == entry.sha256
         except OSError:
             return False
         finally:
@@ -272,7 +299,7 @@ class DiskCache:
     def _write_record(self, entry: Entry, digest: str) -> None:
         """Append the entry's record (one ``write``: a line is never interleaved with another);
         the entry counts as persisted only if the whole line was written."""
-        line = (json.dumps(_record(entry, digest)) + "\n").encode()
+        line = (json.dumps(seal(self._key, _record(entry, digest))) + "\n").encode()
         with self._records_lock:
             if self._records_fd < 0:
                 return  # closed (a background persist finishing at unmount)
@@ -302,10 +329,13 @@ class DiskCache:
         Never raises: a cache that cannot record only costs fetches after a restart."""
         path = self.objects / RECORDS
         tmp = path.with_name(RECORDS + ".tmp")
-        lines = [(json.dumps(_record(e, e.sha256)) + "\n").encode()
+        lines = [(json.dumps(seal(self._key, _record(e, e.sha256))) + "\n").encode()
                  for e in entries if e.sha256 is not None]
         try:
-            with open(tmp, "wb") as f:
+            # 0600 whatever the umask (open() would make it 0666 & ~umask).
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            with open(fd, "wb") as f:
                 f.writelines(lines)
         except OSError as exc:
             log.warning("could not rewrite the content cache's records: %s", exc)
@@ -392,28 +422,26 @@ class DiskCache:
             self._data(entry.name).unlink(missing_ok=True)
 
     def _load(self) -> None:
-        """Read back the records of the previous mounts (the records file, after any ``X.json``
-        an older memfs left); keep what has a complete record and its data, remove the rest."""
+        """Read back the records of the previous mounts; keep what has a complete record sealed
+        by this cache's key and its data, remove the rest (an older memfs's ``X.json`` too)."""
         found: dict[str, Entry] = {}  # by name, in the order recorded: the last record wins
-        legacy = sorted(self.objects.glob("*.json"), key=_mtime)
-        for meta in legacy:
-            try:
-                _remember(found, _entry(json.loads(meta.read_bytes()), meta.stem))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-                log.warning("discarding unreadable cache record %s: %s", meta, exc)
         try:
             lines = (self.objects / RECORDS).read_bytes().splitlines()
         except OSError as exc:
             if not isinstance(exc, FileNotFoundError):
                 log.warning("content cache records unreadable, starting empty: %s", exc)
             lines = []
-        for number, line in enumerate(lines, 1):
+        bad = 0
+        for line in lines:
             try:
-                record = json.loads(line)
+                record = unseal(self._key, json.loads(line))
                 _remember(found, _entry(record, record["name"]))
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                log.warning("discarding unreadable line %d of %s: %s", number,
-                            self.objects / RECORDS, exc)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                bad += 1  # cut short by a crash, unsealed (older memfs) or not ours
+        if bad:
+            log.warning("content cache: discarded %d record lines of %s that are unreadable or "
+                        "not sealed by its key (fetched again when used)", bad,
+                        self.objects / RECORDS)
         for entry in found.values():
             if not self._data(entry.name).exists():
                 continue  # dropped after it was recorded
@@ -459,13 +487,6 @@ def _entry(record: dict[str, Any], name: object) -> Entry:
 def _remember(found: dict[str, Entry], entry: Entry) -> None:
     found.pop(entry.name, None)  # a later record of the same file (a rename) replaces it
     found[entry.name] = entry
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def _empty(directory: Path) -> None:

@@ -25,7 +25,7 @@ import pyfuse3
 from memfs import protocol
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
-from memfs.mount.nodes import Kind, Node
+from memfs.mount.nodes import Kind, Node, mode_limit
 from memfs.mount.state import NAME_MAX, AttrChange, Caller, Kernel, Opened
 from memfs.mountinfo import mount_entries
 from memfs.s3.store import Store
@@ -79,13 +79,14 @@ def caller(ctx: Any) -> Caller:
     return Caller(ctx.uid, ctx.gid, ctx.pid)
 
 
-def entry_attributes(node: Node, ttl: float) -> pyfuse3.EntryAttributes:
+def entry_attributes(node: Node, ttl: float,
+                     limit: int | None = None) -> pyfuse3.EntryAttributes:
     a = pyfuse3.EntryAttributes()
     a.st_ino = node.inode
     a.generation = 0
     a.entry_timeout = ttl
     a.attr_timeout = ttl
-    a.st_mode = node.mode
+    a.st_mode = node.shown_mode(limit)  # the kernel decides access by it (default_permissions)
     a.st_nlink = _links(node)
     a.st_uid = node.uid
     a.st_gid = node.gid
@@ -164,6 +165,9 @@ class MemFS(pyfuse3.Operations):
         super().__init__()
         self.core = MemFSCore(store, config)
         self.ttl = config.metadata_ttl
+        # Bits from the bucket never widen access on a mount others may enter (nodes.py).
+        self.mode_limit = mode_limit(config.allow_other, config.default_file_mode,
+                                     config.default_dir_mode)
         self._mounted = False
 
     # Set by the daemon once pyfuse3 has a session: kernel notifications need one.
@@ -184,7 +188,7 @@ class MemFS(pyfuse3.Operations):
         return await self.core.flush_all()
 
     def _attrs(self, node: Node) -> pyfuse3.EntryAttributes:
-        return entry_attributes(node, self.ttl)
+        return entry_attributes(node, self.ttl, self.mode_limit)
 
     # -- names and attributes ----------------------------------------------------------------
 
@@ -220,7 +224,7 @@ class MemFS(pyfuse3.Operations):
     @fuse_op
     async def getattr(self, inode: int, ctx=None) -> pyfuse3.EntryAttributes:
         node, cacheable = await self.core.getattr(inode)
-        return entry_attributes(node, self.ttl if cacheable else 0)
+        return entry_attributes(node, self.ttl if cacheable else 0, self.mode_limit)
 
     @fuse_op
     async def setattr(self, inode: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:
@@ -281,9 +285,8 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def readdir(self, fh: int, start_id: int, token) -> None:
-        entries = await self.core.dir_entries(fh)
-        for i in range(start_id, len(entries)):
-            name, node = entries[i]
+        # One page at a time: the metadata of entries the kernel never asks for is not read.
+        for i, name, node in await self.core.dir_page(fh, start_id):
             if not pyfuse3.readdir_reply(token, name.encode(), self._attrs(node), i + 1):
                 break
             if i >= 2:  # '.' and '..' do not count as lookups

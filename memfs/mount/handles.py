@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import trio
 
 from memfs.mount.blobs import Blob
-from memfs.mount.nodes import Node
+from memfs.mount.nodes import DirSnapshot, Node
 
 
 @dataclass(eq=False)
@@ -42,7 +42,11 @@ class OpenFile:
     # Where the last read ended: a read starting there is sequential and widens the read-ahead.
     read_end: int = 0
     read_ahead: int = 0
-    # Spans of the file being fetched right now (by a read or the prefetch), and their ends.
+    # The read-ahead window (readahead.py): part-size spans kept in flight ahead of a
+    # sequential reader, and where the spans it has started end (its frontier).
+    window: int = 0
+    ahead: int = 0
+    # Spans of the file being fetched right now (by a read or the window), and their ends.
     inflight: dict[tuple[int, int], trio.Event] = field(default_factory=dict)
     # The version our bytes derive from: the PUT is conditional on it (If-Match). None with
     # ``is_new`` means the object must not exist yet (If-None-Match: *).
@@ -56,6 +60,9 @@ class OpenFile:
     agent: str | None = None
     # Set with the xattr user.memfs.atomic: upload at fsync() only, discard at close without it.
     atomic: bool = False
+    # Its value ``reapply N``: the writer re-applies its edit itself on a lost race (no conflict
+    # copy); N is the attempt, 0 for any other writer.
+    reapply: int = 0
     # A private transaction: one handle's own copy, invisible to other handles until fsync.
     private: bool = False
     # The last upload failed and close()/fsync() reported it: release must not retry unseen.
@@ -104,7 +111,7 @@ class HandleTable:
     # changes). Lazy because most opens of a directory never read it: a path walk by `openat`
     # (the memory handler pins its root so on every command) must not cost a LIST or a
     # metadata read per entry.
-    dirs: dict[int, tuple[int, list[tuple[str, Node]] | None]] = field(default_factory=dict)
+    dirs: dict[int, tuple[int, DirSnapshot | None]] = field(default_factory=dict)
     _next_fh: int = 1
 
     def new_fh(self) -> int:

@@ -185,7 +185,8 @@ class Listings(CoreState):
         path = dnode.path
         # Fresh from when it arrived: a LIST slower than the TTL must not be stale on arrival
         # (every lookup would list again).
-        cache = DirCache(listing.files, listing.dirs, arrived, listing.has_marker, started)
+        cache = DirCache(listing.files, listing.dirs, arrived, listing.has_marker, started,
+                         listing.shadowed)
         if listing.files or listing.dirs or listing.has_marker:
             self._exists_as_of(dnode, cache.fetched_at)
         for name, (when, what) in list(dnode.recent.items()):

@@ -9,6 +9,7 @@ attributes share one request (``CoreState.flights``).
 from __future__ import annotations
 
 import errno
+import logging
 import stat
 import time
 
@@ -19,6 +20,7 @@ from memfs.mount.listings import Listings
 from memfs.mount.nodes import (
     ROOT_INODE,
     DirCache,
+    DirSnapshot,
     Kind,
     Node,
     child_path,
@@ -29,8 +31,13 @@ from memfs.mount.state import Caller, fail
 from memfs.s3.errors import StoreError
 from memfs.s3.objectmeta import ObjectInfo
 
+log = logging.getLogger(__name__)
+
 # Files up to this size are read whole when their metadata is first needed (see _read_metadata).
 SMALL_FILE = 256 * 1024
+# How many entries' metadata one readdir reads at most (concurrently): a kernel readdirplus
+# reply holds a few dozen entries, and a reader that stops early must not pay for the rest.
+READDIR_PAGE = 128
 
 
 class Namespace(Listings):
@@ -228,13 +235,53 @@ class Namespace(Listings):
         return fh
 
     async def dir_entries(self, fh: int) -> list[tuple[str, Node]]:
-        """``.``, ``..``, then the entries by name: a snapshot taken at the handle's first
-        read (one listing, and the metadata of entries this mount has not read yet)."""
-        inode, entries = self.handles.dirs[fh]
-        if entries is None:
-            entries = await self._snapshot(self._dir(inode))
-            self.handles.dirs[fh] = (inode, entries)
-        return entries
+        """``.``, ``..``, then every entry by name (``dir_page`` to the end)."""
+        out: list[tuple[str, Node]] = []
+        start = 0
+        while page := await self.dir_page(fh, start):
+            out += [(name, node) for _, name, node in page]
+            start = page[-1][0] + 1
+        return out
+
+    async def dir_page(self, fh: int, start: int) -> list[tuple[int, str, Node]]:
+        """The entries from offset ``start`` on as (offset, name, node): at least one unless
+        the directory ends, with metadata read for at most ``READDIR_PAGE`` new entries. The
+        names are a snapshot taken at the handle's first read (one listing)."""
+        inode, snap = self.handles.dirs[fh]
+        if snap is None:
+            node = self._dir(inode)
+            listing = await self._listing(node)
+            parent = self.inodes.at(node.parent_path()) or node
+            snap = DirSnapshot(node, parent, listing, listing.names())
+            self.handles.dirs[fh] = (inode, snap)
+        out = [(i, name, n) for i, name, n in ((0, ".", snap.node), (1, "..", snap.parent))
+               if i >= start]
+        total = len(snap.names) + 2
+        i, shown = max(start, 2), len(out)
+        while i < total and len(out) == shown:  # a page of vanished entries: the next one
+            end = min(total, i + READDIR_PAGE)
+            await self._read_page(snap, i - 2, end - 2)
+            out += [(j, snap.names[j - 2], n) for j in range(i, end)
+                    if (n := snap.found[j - 2]) is not None]
+            i = end
+        return out
+
+    async def _read_page(self, snap: DirSnapshot, lo: int, hi: int) -> None:
+        """Nodes, with their stored metadata, for ``snap.names[lo:hi]`` not made yet."""
+        todo = [k for k in range(lo, hi) if k not in snap.found]
+        if not todo:
+            return
+        children = []
+        for k in todo:
+            child = self._sync_child(snap.node, snap.names[k], snap.listing)
+            if child is None:
+                snap.found[k] = None
+            else:
+                children.append((snap.names[k], child))
+        known = dict(await self._with_metadata(children))
+        for k in todo:
+            if k not in snap.found:
+                snap.found[k] = known.get(snap.names[k])
 
     async def fsyncdir(self, fh: int) -> None:
         """Return once S3 has every deferred move into or out of the directory; a move that
@@ -245,16 +292,6 @@ class Namespace(Listings):
         failure = self.moves.take_failure(node.path)
         if failure is not None:
             raise fail(failure.errno or errno.EIO)
-
-    async def _snapshot(self, node: Node) -> list[tuple[str, Node]]:
-        listing = await self._listing(node)
-        parent = self.inodes.at(node.parent_path()) or node
-        children: list[tuple[str, Node]] = []
-        for name in listing.names():
-            child = self._sync_child(node, name, listing)
-            if child is not None:
-                children.append((name, child))
-        return [(".", node), ("..", parent), *await self._with_metadata(children)]
 
     async def _with_metadata(self, children: list[tuple[str, Node]]) -> list[tuple[str, Node]]:
         """The entries with their stored type, mode, owner and mtime, read where unknown.
@@ -289,9 +326,9 @@ class Namespace(Listings):
         return [(name, n) for (name, _), n in zip(children, found, strict=True) if n is not None]
 
     def releasedir(self, fh: int) -> None:
-        _inode, entries = self.handles.dirs.pop(fh, (0, None))
-        for _name, node in (entries or [])[2:]:
-            if node.nlookup == 0:
+        _inode, snap = self.handles.dirs.pop(fh, (0, None))
+        for node in (snap.found.values() if snap is not None else ()):
+            if node is not None and node.nlookup == 0:
                 self.inodes.forget(node.inode, 0)
 
     async def mkdir(self, parent_inode: int, text: str, mode: int, ctx: Caller) -> Node:
@@ -303,6 +340,7 @@ class Namespace(Listings):
                            directory=True, content_type=protocol.DIR_CONTENT_TYPE)
             node = self.inodes.add(path, Kind.DIR, dir_mode, ctx.uid, ctx.gid)
             node.meta_known = True
+            node.set_own_mode(dir_mode)
             node.mtime = node.validated_at = now
             node.listing = DirCache({}, set(), now, has_marker=True)
             self._listing_add(parent.path, text, node)
@@ -324,8 +362,25 @@ class Namespace(Listings):
             if not (await self._listing(node)).names() == []:
                 raise fail(errno.ENOTEMPTY)
             await self._s3(self.store.delete, node.path, directory=True)
+            await self._remove_shadowed(parent, text)
             self.inodes.detach(node.path)
             self._listing_remove(parent.path, text)
+
+    async def _remove_shadowed(self, parent: Node, name: str) -> None:
+        """S3 also held a file of the directory's name, hidden by it (a directory wins): it
+        goes with the directory, or it would show up once the directory is gone — a name
+        reported removed that comes back (docs/SEMANTICS.md, "A file and a directory of the
+        same name")."""
+        shadowed = parent.listing.shadowed.pop(name, None) if parent.listing else None
+        if shadowed is None:
+            return
+        path = child_path(parent.path, name)
+        await self._settled(path)
+        await self._s3(self.store.delete, path)
+        self.usage.removed(shadowed.size)
+        self.content.discard(path)
+        log.warning("rmdir %s: also deleted the object %s%s it hid (a file and a directory of "
+                    "one name)", path, self.config.prefix, path)
 
     async def unlink(self, parent_inode: int, text: str) -> None:
         parent = self._dir(parent_inode)
@@ -370,6 +425,7 @@ class Namespace(Listings):
             kind = kind_of_mode(mode)
             node = self.inodes.add(path, kind, mode, ctx.uid, ctx.gid)
             node.apply_info(info, now)
+            node.set_own_mode(mode)
             node.rdev = rdev
             self._listing_add(parent.path, text, node)
             self.inodes.hold(node)

@@ -67,6 +67,9 @@ class DirCache:
     has_marker: bool = False
     # When the LIST behind it was sent: anything this mount learned later is newer than it.
     started: float = 0.0
+    # Files S3 holds under the name of a subdirectory, hidden by it (Store._prefer_directories):
+    # removing that directory removes them too, so the name does not come back as a file.
+    shadowed: dict[str, ObjectInfo] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return sorted(self.dirs | self.files.keys())
@@ -118,6 +121,9 @@ class Node:
     etag: str | None = None
     # True when mode/uid/gid came from object metadata (or our own write), not defaults.
     meta_known: bool = False
+    # The permission bits a user of this mount gave it (create, mkdir, chmod; None: none did).
+    # Bits read from the bucket that differ are a bucket writer's: ``shown_mode`` clamps them.
+    own_mode: int | None = None
     symlink_target: bytes | None = None
     validated_at: float = 0.0
     nlookup: int = 0
@@ -140,6 +146,20 @@ class Node:
 
     def name(self) -> str:
         return self.path.rpartition("/")[2]
+
+    def shown_mode(self, limit: int | None) -> int:
+        """The mode the kernel decides access by: the node's own, except that bits read from
+        the bucket (not what a user of this mount set) are clamped to ``limit`` (None: no
+        clamp, see `mode_limit`). A bucket writer never widens access; sticky stays."""
+        perm = stat.S_IMODE(self.mode)
+        if limit is None or perm == self.own_mode:
+            return self.mode
+        return stat.S_IFMT(self.mode) | (perm & limit)
+
+    def set_own_mode(self, mode: int) -> None:
+        """A user of this mount set the permission bits (create, mkdir, chmod)."""
+        self.mode = stat.S_IFMT(self.mode) | stat.S_IMODE(mode)
+        self.own_mode = stat.S_IMODE(mode)
 
     def parent_path(self) -> str:
         return parent_of(self.path)
@@ -165,6 +185,35 @@ class Node:
             self.rdev = info.rdev
         self.etag = info.etag
         self.validated_at = now
+
+
+@dataclass
+class DirSnapshot:
+    """A directory handle's entries, fixed at its first read (readdir offsets must stay stable:
+    offset 0 is ``.``, 1 is ``..``, 2 + k is ``names[k]``). Only names are held for the whole
+    directory; a name's node, and its stored metadata, are made page by page as the kernel
+    reads (``Namespace.dir_page``): a reader that stops early (the memory tool's bounded view)
+    costs the daemon only the pages it read, whatever the directory holds.
+
+    INVARIANT: ``found`` keys are indexes into ``names``; a value of None: the entry vanished.
+    """
+
+    node: Node
+    parent: Node
+    listing: DirCache
+    names: list[str]
+    found: dict[int, Node | None] = field(default_factory=dict)
+
+
+def mode_limit(allow_other: bool, file_mode: int, dir_mode: int) -> int | None:
+    """What permission bits read from the bucket may grant on this mount (docs/SEMANTICS.md,
+    "Modes from the bucket"): None (anything) when only the mount's user can enter it (no
+    ``--allow-other``); else the owner's bits, the sticky bit (it only restricts) and the group
+    and other bits the mount's ``--umask``/``--file-mode``/``--dir-mode`` grant — never
+    set-user-ID or set-group-ID."""
+    if not allow_other:
+        return None
+    return stat.S_ISVTX | 0o700 | ((file_mode | dir_mode) & 0o077)
 
 
 def child_path(parent: str, name: str) -> str:

@@ -19,7 +19,7 @@ import time
 from memfs import protocol
 from memfs.mount.data import DataPath
 from memfs.mount.handles import OpenFile
-from memfs.mount.nodes import ROOT_INODE
+from memfs.mount.nodes import ROOT_INODE, Kind
 from memfs.mount.quota import Usage
 from memfs.mount.state import fail, thread_group
 
@@ -59,10 +59,16 @@ class Transactions(DataPath):
             "pending_moves": len(self.moves),
             "deferred_moves": self.moves.deferred,
             "conflicts": self.counters["conflicts"],
+            # The memory handler's str_replace/insert that lost a race: re-applied to the
+            # newest version, or refused because their meaning changed (user.memfs.atomic).
+            "edits": {"races": self.counters["edit_races"],
+                      "reapplied": self.counters["edits_reapplied"],
+                      "refused": self.counters["edits_refused"]},
             "cache": {"hits": self.counters["cache_hits"],
                       "misses": self.counters["cache_misses"]},
             "content_cache": self.content.stats(),
             "s3": store_stats.snapshot() if store_stats is not None else {},
+            "endpoint": self.store.caps.as_dict() if hasattr(self.store, "caps") else {},
             "fuse_ops": dict(sorted(self.ops.items())),
         }
 
@@ -83,6 +89,9 @@ class Transactions(DataPath):
     async def setxattr(self, inode: int, name: str, value: bytes, pid: int) -> None:
         """Only memfs's own, on a file the calling process has open: ``user.memfs.agent`` (who
         is writing, recorded with the upload) and ``user.memfs.atomic`` (XATTR_ATOMIC)."""
+        if name == protocol.XATTR_EDIT_REFUSED and self._node(inode).kind is Kind.DIR:
+            self.counters["edits_refused"] += 1
+            return
         if name not in (XATTR_AGENT, XATTR_ATOMIC):
             raise fail(errno.ENOTSUP)
         # fsetxattr reaches us without the file handle: take the caller's latest handle.
@@ -94,7 +103,9 @@ class Transactions(DataPath):
                 # Its writes go through the kernel's page cache, which every handle of the file
                 # shares: a private copy's bytes would show through it (SQLite's -shm only).
                 raise fail(errno.EBUSY)
+            reapply = _reapply_attempt(value)
             await self._make_private(fh)
+            self.handles.files[fh].reapply = reapply
             return
         try:
             agent = value.decode("ascii")
@@ -152,3 +163,13 @@ class Transactions(DataPath):
             if shared.handles == 0 and self.handles.shared.get(node.inode) is shared:
                 del self.handles.shared[node.inode]
             self.handles.files[fh] = self.handles.privates[fh] = private
+
+
+def _reapply_attempt(value: bytes) -> int:
+    """The attempt in an XATTR_ATOMIC value ``reapply N``; 0 for ``1`` (a plain transaction)."""
+    words = value.split()
+    if len(words) == 2 and words[0] == b"reapply" and words[1].isdigit():
+        return max(1, int(words[1]))
+    if value.strip() in (b"1", b""):
+        return 0
+    raise fail(errno.EINVAL)

@@ -19,7 +19,7 @@ from botocore.config import Config
 
 from memfs.s3.errors import ClientSetupError, one_line
 
-__all__ = ["ClientSetupError", "make_client", "parse_timestamp"]
+__all__ = ["ClientSetupError", "make_client", "make_session", "parse_timestamp"]
 
 
 def parse_timestamp(value: str) -> datetime:
@@ -51,8 +51,13 @@ def make_client(
     connect_timeout: float = 5.0,
     read_timeout: float = 30.0,
     max_connections: int = 16,
+    session: boto3.session.Session | None = None,
 ):
-    """A boto3 S3 client with bounded retries and a connection pool the daemon's limiter matches."""
+    """A boto3 S3 client with bounded retries and a connection pool the daemon's limiter matches.
+
+    Clients made on one ``session`` (``make_session``) share its credentials object:
+    credentials that expire are refreshed once for all of them (``memfs.s3.route`` makes the
+    mount's so)."""
     config = Config(
         # total_max_attempts counts the first attempt; botocore's max_attempts would not.
         retries={"mode": "standard", "total_max_attempts": max_attempts},
@@ -67,10 +72,22 @@ def make_client(
         response_checksum_validation="when_required",
     )
     try:
+        return (session or make_session()).client(
+            "s3", endpoint_url=endpoint_url, region_name=region, config=config)
+    except botocore.exceptions.InvalidRegionError:
+        raise ClientSetupError(f"the region {region!r} (--region, AWS_REGION) is not a region "
+                               "name") from None
+    except (ValueError, botocore.exceptions.BotoCoreError) as exc:
+        raise ClientSetupError(f"cannot set up the S3 client: {one_line(exc)}") from None
+
+
+def make_session() -> boto3.session.Session:
+    """A boto3 session whose clients parse timestamps with ``parse_timestamp``
+    (``ClientSetupError`` when botocore cannot start)."""
+    try:
         core = botocore.session.get_session()
         core.get_component("response_parser_factory").set_parser_defaults(
             timestamp_parser=parse_timestamp)
-        session = boto3.session.Session(botocore_session=core)
-        return session.client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
-    except (ValueError, botocore.exceptions.BotoCoreError) as exc:
+        return boto3.session.Session(botocore_session=core)
+    except botocore.exceptions.BotoCoreError as exc:  # a profile that is not there, say
         raise ClientSetupError(f"cannot set up the S3 client: {one_line(exc)}") from None

@@ -13,9 +13,15 @@ whole and whose answers are small, so what it needs of HTTP is short:
   and 304; else ``Transfer-Encoding: chunked``, ``Content-Length``, or the bytes up to the
   close; a connection is kept only when the answer was delimited and neither side said
   ``Connection: close`` (an HTTP/1.0 server's answer ends its connection);
+* a body over ``EXPECT_OVER`` (1 MiB) is announced with ``Expect: 100-continue`` and sent
+  only after the server's ``100 Continue`` (or after a second of silence, RFC 9110 §10.1.1, as
+  botocore waits): a final answer before it (a conditional PUT refused with 412, a 403) is the
+  answer, and the body is never sent (S3 closes a connection whose unwanted body keeps
+  coming: without this, a refused 8 MiB PUT was three resets and 24 MiB for nothing);
 * an idle connection the server closed (or sent anything on) is found before reuse by a
   zero-timeout ``poll`` (not ``select``: the daemon's descriptors go past 1,024), and replaced;
-* TLS verifies the server against the CA bundle given (else the system's) and its host name;
+* TLS verifies the server against the CA bundle (a file or a directory) given (else the
+  system's) and its host name;
 * failures are three exceptions, as the caller's retry policy tells them apart:
   ``ConnectFailed`` (nothing was sent), ``TimedOut`` (no answer within the read timeout) and
   ``Dropped`` (the connection ended or spoke nonsense mid-exchange).
@@ -24,6 +30,7 @@ whole and whose answers are small, so what it needs of HTTP is short:
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import socket
 import ssl
@@ -36,6 +43,10 @@ MAX_HEAD = 64 * 1024
 _CHUNK = 64 * 1024
 _JOIN_BODY = 64 * 1024
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+#: Bodies larger than this wait for ``100 Continue`` (botocore announces every PutObject body).
+EXPECT_OVER = 1024 * 1024
+#: How long a server may stay silent after ``Expect: 100-continue`` (botocore's second).
+EXPECT_WAIT_S = 1.0
 
 
 class HTTPFailure(Exception):
@@ -130,8 +141,9 @@ class _Connection:
         data, self.buffer = bytes(self.buffer), bytearray()
         return data
 
-    def _head(self) -> tuple[int, str, dict[str, str]]:
-        """The status line and headers of the next final (not 1xx) answer."""
+    def _head(self, interim: bool = False) -> tuple[int, str, dict[str, str]]:
+        """The status line and headers of the next final (not 1xx) answer (``interim``: or of
+        a ``100 Continue``)."""
         while True:
             status_line = self._line()
             try:
@@ -156,7 +168,7 @@ class _Connection:
                 name = name.strip().lower()
                 value = value.strip()
                 headers[name] = f"{headers[name]}, {value}" if name in headers else value
-            if status >= 200:
+            if status >= 200 or (interim and status == 100):
                 return status, version, headers
             # 100 Continue and other interim answers: the final one follows.
 
@@ -176,18 +188,46 @@ class _Connection:
             if self._line():
                 raise Dropped("a chunk did not end where its size said")
 
-    def exchange(self, request: list[bytes], method: str) -> tuple[Response, bool]:
-        """Send ``request`` (its pieces in order); its answer, and whether the connection can
-        carry another."""
+    def _send(self, pieces: list[bytes]) -> None:
         try:
-            for piece in request:
+            for piece in pieces:
                 self.sock.sendall(piece)
         except TimeoutError as exc:
             raise TimedOut("the server took no more of the request within the timeout") from exc
         except OSError as exc:
             raise Dropped(f"connection lost while sending: {exc}") from exc
-        status, version, headers = self._head()
+
+    def _answered_within(self, seconds: float) -> bool:
+        if self.buffer or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):
+            return True
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        return bool(poller.poll(int(seconds * 1000)))
+
+    def exchange(self, request: list[bytes], method: str, expect: bool = False
+                 ) -> tuple[Response, bool]:
+        """Send ``request`` (its pieces in order); its answer, and whether the connection can
+        carry another. ``expect``: the head (the first piece) asked for ``100 Continue``."""
+        sent_body = True
+        if expect:
+            self._send(request[:1])
+            if self._answered_within(EXPECT_WAIT_S):
+                status, version, headers = self._head(interim=True)
+                if status == 100:
+                    self._send(request[1:])
+                    status, version, headers = self._head()
+                else:
+                    sent_body = False  # refused before the body: never send it
+            else:
+                self._send(request[1:])
+                status, version, headers = self._head()
+        else:
+            self._send(request)
+            status, version, headers = self._head()
         keep = version == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
+        # A server that answered before the body may still read one: the connection's framing
+        # is unknown from here, so it is not reused.
+        keep = keep and sent_body
         if method == "HEAD" or status in (204, 304):
             data = b""
         elif "chunked" in headers.get("transfer-encoding", "").lower():
@@ -220,7 +260,10 @@ class ConnectionPool:
         self.maxsize = maxsize
         self.tls: ssl.SSLContext | None = None
         if scheme == "https":
-            self.tls = ssl.create_default_context(cafile=ca_bundle)
+            # A directory of hashed certificates is a CA bundle too, as botocore takes it.
+            directory = ca_bundle is not None and os.path.isdir(ca_bundle)
+            self.tls = ssl.create_default_context(cafile=None if directory else ca_bundle,
+                                                  capath=ca_bundle if directory else None)
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
 
@@ -231,6 +274,9 @@ class ConnectionPool:
         lines += [f"{name}: {value}" for name, value in headers.items()]
         if body or method in ("PUT", "POST"):
             lines.append(f"Content-Length: {len(body)}")
+        expect = len(body) > EXPECT_OVER
+        if expect:
+            lines.append("Expect: 100-continue")
         if any("\r" in line or "\n" in line or "\0" in line for line in lines):
             # A line break inside a value would start a header (or a request) of its own.
             raise ValueError("an HTTP request line or header holds a line break or NUL")
@@ -240,7 +286,7 @@ class ConnectionPool:
         request = [head + body] if len(body) <= _JOIN_BODY else [head, body]
         conn = self._take()
         try:
-            response, keep = conn.exchange(request, method)
+            response, keep = conn.exchange(request, method, expect)
         except BaseException:
             conn.close()
             raise

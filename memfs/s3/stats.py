@@ -26,6 +26,9 @@ class RequestStats:
         self._lock = threading.Lock()
         self.requests: Counter[tuple[str, str]] = Counter()  # (operation, outcome) -> n
         self.retries = 0
+        self.probe = 0  # the endpoint probe's requests at mount, apart from the workload's
+        #: Which way the mount's writes go and why (``memfs.s3.route``), for ``memfs status``.
+        self.route: dict[str, Any] = {}
 
     def attach(self, client: Any) -> None:
         events = client.meta.events
@@ -33,6 +36,21 @@ class RequestStats:
         events.register("before-call.s3", self._before)
         events.register("after-call.s3", self._after)
         events.register("after-call-error.s3", self._error)
+
+    def detach(self, client: Any) -> None:
+        events = client.meta.events
+        events.unregister("before-parameter-build.s3", self._subject)
+        events.unregister("before-call.s3", self._before)
+        events.unregister("after-call.s3", self._after)
+        events.unregister("after-call-error.s3", self._error)
+
+    def merge(self, other: RequestStats) -> None:
+        """Count `other`'s calls here too (the mount's start-up question about its bucket)."""
+        with other._lock:
+            requests, retries = Counter(other.requests), other.retries
+        with self._lock:
+            self.requests.update(requests)
+            self.retries += retries
 
     def _before(self, params: Any = None, context: Any = None, **_: Any) -> None:
         if context is not None:
@@ -64,10 +82,13 @@ class RequestStats:
                detail: object) -> None:
         """Count one call (and log its line at debug level); also for requests sent beside
         boto3 (``memfs.s3.direct``)."""
-        if outcome == "4xx" and WRITE_PROBE in key:
-            outcome = "ok"  # the mount-time write probe must be refused: that is its success
         with self._lock:
-            self.requests[op, outcome] += 1
+            if WRITE_PROBE in key:
+                # The mount-time endpoint probe (memfs.s3.endpoint): refusals are its answers,
+                # and its requests are counted apart, so that the counts are the workload's.
+                self.probe += 1
+            else:
+                self.requests[op, outcome] += 1
             self.retries += retries
         if log.isEnabledFor(logging.DEBUG):
             ms = (time.monotonic() - started) * 1000 if started else 0.0
@@ -75,10 +96,14 @@ class RequestStats:
                       ms)
 
     def snapshot(self) -> dict[str, Any]:
-        """{"requests": {operation: {outcome: n}}, "total": n, "retries": n}."""
+        """{"requests": {operation: {outcome: n}}, "total": n, "retries": n, "probe": n} (and
+        "route", once the mount has decided it)."""
         with self._lock:
             by_op: dict[str, dict[str, int]] = {}
             for (op, outcome), n in sorted(self.requests.items()):
                 by_op.setdefault(op, {})[outcome] = n
-            return {"requests": by_op, "total": sum(self.requests.values()),
-                    "retries": self.retries}
+            out: dict[str, Any] = {"requests": by_op, "total": sum(self.requests.values()),
+                                   "retries": self.retries, "probe": self.probe}
+        if self.route:
+            out["route"] = dict(self.route)
+        return out

@@ -140,7 +140,7 @@ def test_attempts_are_bounded_and_the_last_error_is_s3s(s3, proxy: S3Proxy) -> N
     assert caught.value.errno == errno.EIO and caught.value.code == "InternalError"
     assert len([r for r in proxy.records() if r.op == "PUT"]) == 2
     assert store.stats.snapshot() == {"requests": {"PutObject": {"5xx": 1}}, "total": 1,
-                                      "retries": 1}
+                                      "retries": 1, "probe": 0}
     with pytest.raises(botocore.exceptions.ClientError):
         s3.head_object(Bucket=BUCKET, Key="f.md")  # nothing was written
 
@@ -180,13 +180,13 @@ def test_a_proxy_of_the_environment_keeps_puts_on_boto3(s3_reset, monkeypatch) -
 
 
 def test_without_credentials_puts_stay_on_boto3(s3_reset, monkeypatch, tmp_path) -> None:
-    client = make_client(s3_reset, "us-east-1")
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
                 "AWS_PROFILE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    client = make_client(s3_reset, "us-east-1")  # the client's credentials are the direct path's
     assert make_direct_requests(client, max_attempts=1, connect_timeout=1.0, read_timeout=1.0,
                            max_connections=1) is None
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import memfs.memory.commands as handler_module
+import memfs.memory.edits as edits_module
 from memfs.handler import CommandError, MemoryHandler
 from memfs.memory import atomic_write
 from memfs.protocol import XATTR_STATS
@@ -100,13 +101,13 @@ def test_str_replace_and_insert_read_and_write_through_one_edit(
     (root / "f.md").write_text("one\n")
     h = MemoryHandler(root)
     edits: list[Any] = []
-    real_write = handler_module.write_file
+    real_write = edits_module.write_file
 
     def spy(*args: Any, **kwargs: Any) -> None:
         edits.append(kwargs.get("edit"))
         real_write(*args, **kwargs)
 
-    monkeypatch.setattr(handler_module, "write_file", spy)
+    monkeypatch.setattr(edits_module, "write_file", spy)
     h.run({"command": "str_replace", "path": "/memories/f.md", "old_str": "one", "new_str": "1"})
     h.run({"command": "insert", "path": "/memories/f.md", "insert_line": 1, "insert_text": "2"})
     assert [type(e) for e in edits] == [atomic_write.Edit, atomic_write.Edit]
@@ -263,27 +264,56 @@ def test_edit_file_on_the_mount_is_one_transaction(mnt: Path, s3: Any) -> None:
     assert _keys(s3) == ["f.md"]  # no temp object, no conflict copy
 
 
-def test_an_edit_committed_between_read_and_write_surfaces_as_retry(
+def _edits_counted(mnt: Path) -> dict[str, int]:
+    return json.loads(os.getxattr(mnt, XATTR_STATS))["edits"]
+
+
+def test_an_edit_committed_between_read_and_write_is_reapplied_on_the_newest_version(
         mnt: Path, s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Another writer (here: straight to S3) commits after the handler's str_replace read the file
     # and before it writes: the upload, conditional on the version read, fails with ESTALE; the
-    # other writer's version stays, ours is kept as a conflict copy, Claude is told to retry.
+    # handler reads the newest version, where `beta` still occurs once, and applies the command
+    # there. Both edits are in the file, no conflict copy is kept, the mount counts one re-applied
+    # edit.
     h = MemoryHandler(mnt)
     h.run({"command": "create", "path": "/memories/f.md", "file_text": "alpha\nbeta\n"})
-    real_write = handler_module.write_file
+    real_write = edits_module.write_file
 
     def other_commits_first(*args: Any, **kwargs: Any) -> None:
         s3.put_object(Bucket=BUCKET, Key="f.md", Body=b"alpha\nbeta\nby-the-other\n")
         real_write(*args, **kwargs)
 
-    monkeypatch.setattr(handler_module, "write_file", other_commits_first)
+    monkeypatch.setattr(edits_module, "write_file", other_commits_first)
+    out = h.run({"command": "str_replace", "path": "/memories/f.md", "old_str": "beta",
+                 "new_str": "BETA"})
+    assert out.startswith("The memory file has been edited.")
+    assert "3\tby-the-other" in out  # the snippet shows the version it landed on
+    assert _object(s3, "f.md") == b"alpha\nBETA\nby-the-other\n"
+    assert _keys(s3) == ["f.md"]  # no conflict copy
+    assert _edits_counted(mnt) == {"races": 1, "reapplied": 1, "refused": 0}
+
+
+def test_an_edit_whose_meaning_changed_meanwhile_is_refused_and_says_why(
+        mnt: Path, s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The other writer replaced the very text our str_replace was about: applying it to the
+    # newest version would change something the agent never saw. Refused, nothing written.
+    h = MemoryHandler(mnt)
+    h.run({"command": "create", "path": "/memories/f.md", "file_text": "alpha\nbeta\n"})
+    real_write = edits_module.write_file
+
+    def other_commits_first(*args: Any, **kwargs: Any) -> None:
+        s3.put_object(Bucket=BUCKET, Key="f.md", Body=b"alpha\ngamma\n")
+        real_write(*args, **kwargs)
+
+    monkeypatch.setattr(edits_module, "write_file", other_commits_first)
     assert err(h, command="str_replace", path="/memories/f.md", old_str="beta",
                new_str="BETA") == (
-        "Could not save /memories/f.md: the file was changed concurrently by another writer "
+        "Could not save /memories/f.md: the file was changed concurrently by another writer, "
+        "and old_str no longer appears in it, so the command no longer means what it did "
         "(ESTALE). The command was not applied; view /memories/f.md again and retry.")
-    assert _object(s3, "f.md") == b"alpha\nbeta\nby-the-other\n"
-    copies = [k for k in _keys(s3) if k.startswith(".memfs-conflicts/")]
-    assert len(copies) == 1 and _object(s3, copies[0]) == b"alpha\nBETA\n"
+    assert _object(s3, "f.md") == b"alpha\ngamma\n"
+    assert _keys(s3) == ["f.md"]
+    assert _edits_counted(mnt) == {"races": 1, "reapplied": 0, "refused": 1}
 
 
 def test_a_rename_refused_on_the_mount_leaves_no_directory_markers(mnt: Path, s3: Any) -> None:

@@ -321,8 +321,10 @@ def free_port() -> int:
 
 def test_streamable_http_on_loopback(tmp_path: Path) -> None:
     port = free_port()
+    token_file = tmp_path / "mcp-token"
     proc = subprocess.Popen([*SERVER, "--root", str(tmp_path), "--allow-local", "--transport",
-                             "http", "--port", str(port)], env=server_env(),
+                             "http", "--port", str(port), "--token-file", str(token_file)],
+                            env=server_env(),
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
@@ -335,13 +337,20 @@ def test_streamable_http_on_loopback(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "the HTTP server did not start"
                 time.sleep(0.1)
         url = f"http://127.0.0.1:{port}/mcp"
+        bearer = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
 
         async def main() -> Any:
             try:
-                from mcp.client.streamable_http import streamable_http_client as connect
+                from mcp.client.streamable_http import (
+                    create_mcp_http_client,
+                    streamable_http_client,
+                )
+                client = create_mcp_http_client(headers=bearer)
+                connect = streamable_http_client(url, http_client=client)
             except ImportError:  # mcp 1.x
-                from mcp.client.streamable_http import streamablehttp_client as connect
-            async with connect(url) as streams, ClientSession(streams[0], streams[1]) as s:
+                from mcp.client.streamable_http import streamablehttp_client
+                connect = streamablehttp_client(url, headers=bearer)
+            async with connect as streams, ClientSession(streams[0], streams[1]) as s:
                 await s.initialize()
                 tools = wire(await s.list_tools())
                 created = await call(s, {"command": "create", "path": "/memories/h.md",
@@ -361,7 +370,7 @@ def test_streamable_http_on_loopback(tmp_path: Path) -> None:
             "protocolVersion": "2025-06-18", "capabilities": {},
             "clientInfo": {"name": "evil", "version": "1"}}}
         headers = {"Accept": "application/json, text/event-stream",
-                   "Content-Type": "application/json"}
+                   "Content-Type": "application/json", **bearer}
         evil_host = requests.post(url, json=init, timeout=10,
                                   headers={**headers, "Host": f"evil.example:{port}"})
         assert evil_host.status_code == 421

@@ -17,7 +17,7 @@ from memfs.handler import MemoryHandler
 from tests.support.s3proxy import S3Proxy
 
 NAMES = {"ListObjectsV2": "LIST", "PutObject": "PUT", "GetObject": "GET", "CopyObject": "COPY",
-         "DeleteObject": "DELETE", "HeadObject": "HEAD"}
+         "DeleteObject": "DELETE", "HeadObject": "HEAD", "HeadBucket": "HEAD_BUCKET"}
 
 
 @pytest.fixture
@@ -52,6 +52,7 @@ def test_status_counts_what_the_wire_saw(proxy: S3Proxy, mount_factory) -> None:
     assert st["mountpoint"] == str(mnt) and st["source"]["prefix"] == "agents/"
     assert st["open_files"] == 0 and st["pending_uploads"] == 0 and st["conflicts"] == 0
     assert (st["pending_moves"], st["deferred_moves"]) == (0, 1)
+    assert st["s3"]["route"]["writes"] == "direct"  # decided at mount (memfs.s3.route)
 
     # Every memfs mount, when none is named: this one among them, as a table.
     out = status()
@@ -60,6 +61,7 @@ def test_status_counts_what_the_wire_saw(proxy: S3Proxy, mount_factory) -> None:
     assert header.split()[:3] == ["MOUNTPOINT", "SOURCE", "PID"]
     row = next(r for r in rows if r.startswith(str(mnt) + " "))
     assert row.split()[1] == "s3://memfs-test/agents/" and row.split()[2] == str(st["pid"])
+    assert header.split()[-1] == "WRITES" and row.split()[-1] == "direct"
 
     prom = status("--prometheus", str(mnt)).stdout
     for op, outcomes in st["s3"]["requests"].items():

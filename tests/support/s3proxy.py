@@ -5,14 +5,28 @@ s3fs-fuse's libcurl, rclone) and an S3 server (moto in tests), forwards every re
 byte, and on the way
 
 * counts requests by S3 operation (``GET``, ``HEAD``, ``PUT``, ``COPY``, ``LIST``, ``DELETE``,
-  multipart operations, ...), classified from method, path, query and headers;
+  multipart operations, ...), classified from method, path, query and headers (a mount's
+  endpoint probe apart: recorded, not counted);
 * sleeps a fixed delay per request, to model a real region's round trip;
 * injects faults, at a seeded random rate or by explicit rules: S3's ``InternalError`` (500) and
   ``SlowDown`` (503) with proper XML error bodies, a TCP reset before or after the server saw the
   request, or a stall of N seconds;
+* optionally (``bucket_region``) plays AWS for a bucket in that region: a request signed for
+  another region (the credential scope of its ``Authorization``) is answered as S3 answers it,
+  ``301 PermanentRedirect`` with ``x-amz-bucket-region`` (``redirect_style="301"``), or
+  ``400 AuthorizationHeaderMalformed`` naming the region in its body (``"400"``), and a HEAD
+  with a bare 301 and the header; ``x-amz-bucket-region`` in relayed answers says the region;
+* plays AWS's other misbehaviours as fault kinds: ``429`` throttling, an early final answer to a
+  request with a body (before ``100 Continue``), a ``200`` whose body is an error or is cut
+  short, ``RequestTimeTooSkewed``; ``retry_after_ms`` adds ``x-amz-retry-after`` to throttling;
 * optionally (``ignore_conditions``) plays an S3 server that does not enforce conditional writes:
   the ``If-Match`` and ``If-None-Match`` headers of writes are dropped before they reach moto
   (moto checks no signatures, so the request stays valid);
+* optionally (``rgw16``) plays the conditional-request quirks of Ceph RGW 16.2 (found with
+  the real server, docs/SEMANTICS.md "Endpoints"): a PUT whose ``If-Match`` is a quoted ETag is
+  refused with 412 even when it matches (the unquoted one goes through), a copy's standard
+  ``x-amz-copy-source-if-match`` is dropped and the legacy ``x-amz-copy-if-match`` read in its
+  place, and the conditions of CompleteMultipartUpload and DeleteObject are dropped;
 * optionally (``enforce_multipart_conditions``) plays AWS S3 where moto does not: moto 5.2.5
   enforces ``If-None-Match`` on CompleteMultipartUpload but ignores ``If-Match``, so a stale
   complete would silently replace a newer object. With the option on, a CompleteMultipartUpload
@@ -74,6 +88,9 @@ from typing import BinaryIO
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 log = logging.getLogger(__name__)
+#: Keys of a mount's endpoint probe (memfs.protocol.WRITE_PROBE): its requests are recorded but
+#: not counted, so that counts are what the workload under test cost.
+_PROBE = ".memfs-write-probe-"
 
 # --- operations -------------------------------------------------------------------------------
 
@@ -192,7 +209,15 @@ SLOW_DOWN = "slow_down"  # 503 SlowDown, S3 XML body; the request never reaches 
 RESET = "reset"  # TCP RST to the client before forwarding: S3 never saw the request
 RESET_AFTER = "reset_after"  # forward, let S3 apply it, then RST instead of the response
 STALL = "stall"  # sleep ``stall_s``, then forward normally (clients with short timeouts give up)
-FAULT_KINDS: tuple[str, ...] = (INTERNAL_ERROR, SLOW_DOWN, RESET, RESET_AFTER, STALL)
+THROTTLE_429 = "throttle_429"  # 429 with a code botocore does not list: the status throttles
+EARLY_REFUSAL = "early_refusal"  # 412 right after the head, the body unread (AWS, on a
+#   condition that fails): with Expect the body never comes; without, the connection is reset
+ERROR_200 = "error_200"  # 200 with an InternalError document; the request never reaches S3
+TRUNCATED_200 = "truncated_200"  # forward, then relay the answer with half its body
+CLOCK_SKEW = "clock_skew"  # 403 RequestTimeTooSkewed; the request never reaches S3
+FAULT_KINDS: tuple[str, ...] = (INTERNAL_ERROR, SLOW_DOWN, RESET, RESET_AFTER, STALL,
+                                THROTTLE_429, EARLY_REFUSAL, ERROR_200, TRUNCATED_200,
+                                CLOCK_SKEW)
 
 
 @dataclass(frozen=True)
@@ -233,6 +258,12 @@ class Faults:
     stall_s: float = 1.0
     max_faults: int | None = None
     rules: tuple[FaultRule, ...] = ()
+    #: ``x-amz-retry-after`` (milliseconds) on 503 SlowDown and 429 answers; None: not sent.
+    retry_after_ms: int | None = None
+    #: Every ``every``-th request (of ``ops``) gets a fault, its kind cycling through
+    #: ``kinds``: throttling as AWS does it, deterministic for a sequential client (instead
+    #: of ``rate``).
+    every: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.rate <= 1.0:
@@ -242,6 +273,8 @@ class Faults:
             raise ValueError(f"fault kinds must be a non-empty subset of {FAULT_KINDS}")
         if not 0.0 <= self.stall_s <= 600.0:
             raise ValueError("stall_s must be within [0, 600] seconds")
+        if self.every is not None and self.every < 1:
+            raise ValueError("every must be at least 1")
 
 
 class _FaultPlan:
@@ -252,6 +285,7 @@ class _FaultPlan:
         self.rng = random.Random(faults.seed)
         self.rule_seen = [0] * len(faults.rules)
         self.random_injected = 0
+        self.eligible = 0
         self.path_res = [re.compile(r.path) if r.path else None for r in faults.rules]
 
     def decide(self, op: str, path: str) -> str | None:
@@ -263,6 +297,13 @@ class _FaultPlan:
                 if rule.skip < n <= rule.skip + rule.times:
                     return rule.kind
         f = self.faults
+        if f.every is not None:
+            if f.ops is not None and op not in f.ops:
+                return None
+            self.eligible += 1
+            if self.eligible % f.every:
+                return None
+            return f.kinds[(self.eligible // f.every - 1) % len(f.kinds)]
         if f.rate <= 0.0 or (f.ops is not None and op not in f.ops):
             return None
         # Two draws per eligible request, always, so the sequence does not depend on outcomes.
@@ -290,7 +331,12 @@ _ERRORS = {
     INTERNAL_ERROR: (500, "Internal Server Error", "InternalError",
                      "We encountered an internal error. Please try again."),
     SLOW_DOWN: (503, "Slow Down", "SlowDown", "Please reduce your request rate."),
+    THROTTLE_429: (429, "Too Many Requests", "TooManyRequests", "Please slow down."),
+    ERROR_200: (200, "OK", "InternalError", "We encountered an internal error."),
+    CLOCK_SKEW: (403, "Forbidden", "RequestTimeTooSkewed",
+                 "The difference between the request time and the current time is too large."),
 }
+_SCOPE = re.compile(r"Credential=[^/,]*/\d{8}/([^/,]*)/")
 
 
 # --- records ----------------------------------------------------------------------------------
@@ -314,6 +360,8 @@ class Request:
     started: float = field(default_factory=time.monotonic)
     answered: float | None = None  # when S3's answer came back (relayed requests)
     user_agent: str = ""  # which client sent it (boto3's, or memfs.s3.direct's)
+    access_key: str = ""  # whose credentials signed it
+    region: str = ""  # the region it was signed for
 
 
 # --- HTTP plumbing ----------------------------------------------------------------------------
@@ -477,6 +525,9 @@ class S3Proxy:
         idle_timeout_s: float = 300.0,
         ignore_conditions: bool = False,
         enforce_multipart_conditions: bool = False,
+        rgw16: bool = False,
+        bucket_region: str | None = None,
+        redirect_style: str = "301",
     ) -> None:
         up = urlsplit(upstream_url)
         if up.scheme != "http" or not up.hostname:
@@ -499,6 +550,11 @@ class S3Proxy:
         self._idle_timeout_s = idle_timeout_s
         self.ignore_conditions = ignore_conditions
         self.enforce_multipart_conditions = enforce_multipart_conditions
+        self.rgw16 = rgw16
+        if redirect_style not in ("301", "400"):
+            raise ValueError("redirect_style is '301' or '400'")
+        self.bucket_region = bucket_region
+        self.redirect_style = redirect_style
         self._complete_lock = threading.Lock()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -659,9 +715,14 @@ class S3Proxy:
         path = unquote(urlsplit(target).path)
         with self._lock:
             self._seq += 1
+            auth = headers.get("authorization", "")
+            scope = _SCOPE.search(auth)
             rec = Request(seq=self._seq, conn=conn_id, op=op, method=method, target=target,
-                          user_agent=headers.get("user-agent", ""))
-            self._counts[op] += 1
+                          user_agent=headers.get("user-agent", ""),
+                          access_key=auth.partition("Credential=")[2].partition("/")[0],
+                          region=scope.group(1) if scope else "")
+            if _PROBE not in path:  # a mount's endpoint probe: recorded, not counted
+                self._counts[op] += 1
             self._records.append(rec)
             plan = self._plan
             fault = plan.decide(op, path) if plan is not None else None
@@ -681,8 +742,36 @@ class S3Proxy:
         if self._stop.is_set():
             return False, up
 
+        if (self.bucket_region is not None and rec.region and path != "/"
+                and rec.region != self.bucket_region):
+            # AWS, for a request signed for another region than the bucket's.
+            if method == "HEAD":
+                answer = (301, "Moved Permanently", "", "")
+            elif self.redirect_style == "301":
+                answer = (301, "Moved Permanently", "PermanentRedirect",
+                          "The bucket you are attempting to access must be addressed using "
+                          "the specified endpoint.")
+            else:
+                answer = (400, "Bad Request", "AuthorizationHeaderMalformed",
+                          f"The authorization header is malformed; the region "
+                          f"'{rec.region}' is wrong; expecting '{self.bucket_region}'")
+            if expects:  # answered before the body: it will not come
+                self._send_error(client, rec, *answer, path, False)
+                return False, up
+            rec.bytes_in = _relay_body(reader, None, framing)
+            self._send_error(client, rec, *answer, path, client_keep)
+            return client_keep, up
         if fault == RESET:
             _reset(client)
+            return False, up
+        if fault == EARLY_REFUSAL and (framing[0] == "chunked" or framing[1] > 0):
+            answer = (412, "Precondition Failed", "PreconditionFailed",
+                      "At least one of the pre-conditions you specified did not hold")
+            if expects:
+                self._send_error(client, rec, *answer, path, False)
+            else:  # S3 does not read a body it refused: the sender sees its connection reset
+                self._send_error(client, rec, *answer, path, False)
+                _reset(client)
             return False, up
         if fault in _ERRORS:
             if expects:
@@ -693,6 +782,15 @@ class S3Proxy:
             self._send_error(client, rec, status, reason, code, message, path, client_keep)
             return client_keep, up
 
+        if self.rgw16:
+            if op == PUT and headers.get("if-match", "").startswith('"'):
+                if expects:
+                    _send(client, b"HTTP/1.1 100 Continue\r\n\r\n")
+                rec.bytes_in = _relay_body(reader, None, framing)
+                self._send_error(client, rec, 412, "Precondition Failed", "PreconditionFailed",
+                                 "quoted If-Match (Ceph RGW 16.2)", path, client_keep)
+                return client_keep, up
+            head = _rgw16_head(op, head)
         if self.ignore_conditions and method in ("PUT", "POST"):
             head = [line for line in head
                     if not line.lower().startswith((b"if-match:", b"if-none-match:"))]
@@ -804,7 +902,23 @@ class S3Proxy:
         out = [resp[0]]
         out += [h for h in resp[1:-1]
                 if h.split(b":", 1)[0].strip().lower().decode("latin-1")
-                not in _HOP_BY_HOP_RESPONSE]
+                not in _HOP_BY_HOP_RESPONSE | self._rewritten(fault, rframing)]
+        if self.bucket_region is not None and "x-amz-bucket-region" in rheaders:
+            out.append(f"x-amz-bucket-region: {self.bucket_region}\r\n".encode())
+        if fault == TRUNCATED_200 and rframing[0] == "length":
+            # The whole answer read from S3, half of it sent as if it were all.
+            body = up.reader.read(rframing[1])
+            cut = body[:len(body) // 2]
+            out.append(f"Content-Length: {len(cut)}\r\n".encode())
+            if not client_keep:
+                out.append(b"Connection: close\r\n")
+            out.append(b"\r\n")
+            client.sendall(b"".join(out) + cut)
+            rec.bytes_out = len(cut)
+            if not up_keep:
+                up.close()
+                return client_keep, None
+            return client_keep, up
         if not client_keep:
             out.append(b"Connection: close\r\n")
         out.append(b"\r\n")
@@ -817,6 +931,13 @@ class S3Proxy:
             up.close()
             return client_keep, None
         return client_keep, up
+
+    def _rewritten(self, fault: str | None, rframing: tuple[str, int]) -> frozenset[str]:
+        """Headers of a relayed answer the proxy replaces with its own."""
+        names = {"x-amz-bucket-region"} if self.bucket_region is not None else set()
+        if fault == TRUNCATED_200 and rframing[0] == "length":
+            names.add("content-length")
+        return frozenset(names)
 
     def _if_match_refusal(
         self, raw_path: str, headers: dict[str, str]
@@ -850,6 +971,9 @@ class S3Proxy:
     ) -> None:
         request_id = uuid.UUID(int=rec.seq).hex[-16:].upper()
         body = s3_error_body(code, message, path, request_id)
+        if code == "AuthorizationHeaderMalformed" and self.bucket_region is not None:
+            body = body.replace(b"</Error>",
+                                f"<Region>{self.bucket_region}</Region></Error>".encode())
         lines = [
             f"HTTP/1.1 {status} {reason}",
             "Content-Type: application/xml",
@@ -861,6 +985,11 @@ class S3Proxy:
             lines.append(f"x-memfs-s3proxy-fault: {rec.fault}")
         if code == "SlowDown":
             lines.append("Retry-After: 1")
+        plan = self._plan
+        if status in (429, 503) and plan is not None and plan.faults.retry_after_ms is not None:
+            lines.append(f"x-amz-retry-after: {plan.faults.retry_after_ms}")
+        if status == 301 and self.bucket_region is not None:
+            lines.append(f"x-amz-bucket-region: {self.bucket_region}")
         if not keep:
             lines.append("Connection: close")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -868,6 +997,20 @@ class S3Proxy:
         # HEAD responses carry Content-Length but never a body, errors included.
         client.sendall(head if rec.method == "HEAD" else head + body)
         rec.bytes_out = 0 if rec.method == "HEAD" else len(body)
+
+
+def _rgw16_head(op: str, head: list[bytes]) -> list[bytes]:
+    """A request head as Ceph RGW 16.2 reads it (see the module docstring)."""
+    def name(line: bytes) -> bytes:
+        return line.split(b":", 1)[0].strip().lower()
+
+    if op == COPY:
+        head = [line for line in head if name(line) != b"x-amz-copy-source-if-match"]
+        return [b"x-amz-copy-source-if-match:" + line.split(b":", 1)[1]
+                if name(line) == b"x-amz-copy-if-match" else line for line in head]
+    if op in (MPU_COMPLETE, DELETE):
+        return [line for line in head if name(line) not in (b"if-match", b"if-none-match")]
+    return head
 
 
 def _status(head: list[bytes]) -> int:

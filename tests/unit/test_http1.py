@@ -262,7 +262,67 @@ def test_a_body_of_any_size_arrives_whole_after_its_head(serve, size) -> None:
     server = serve([OK])
     server.pool().request("PUT", "/big", {}, body)
     head, _, sent = server.requests[0].partition(b"\r\n\r\n")
-    assert head.endswith(f"Content-Length: {size}".encode()) and sent == body
+    assert f"\r\nContent-Length: {size}".encode() in head and sent == body
+    # A server that never answers "Expect: 100-continue" gets the body after a second.
+    assert (b"\r\nExpect: 100-continue" in head) == (size > http1.EXPECT_OVER)
+
+
+def _expecting_server(early: bytes | None) -> tuple[socket.socket, list[int], threading.Thread]:
+    """A server for one large PUT: it answers ``100 Continue`` (``early`` None) and reads the
+    body, or answers ``early`` at once; it records how many body bytes came."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    got: list[int] = []
+
+    def talk() -> None:
+        conn, _ = listener.accept()
+        conn.settimeout(3.0)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += conn.recv(65536)
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        assert b"\r\nExpect: 100-continue" in head
+        length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        if early is not None:
+            conn.sendall(early)
+        else:
+            conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        received = len(rest)
+        try:
+            while received < length:
+                data = conn.recv(65536)
+                if not data:
+                    break
+                received += len(data)
+        except OSError:
+            pass
+        got.append(received)
+        if early is None:
+            conn.sendall(OK)
+        conn.close()
+
+    thread = threading.Thread(target=talk, daemon=True)
+    thread.start()
+    return listener, got, thread
+
+
+@pytest.mark.parametrize("early", [None, b"HTTP/1.1 412 Precondition Failed\r\n"
+                                         b"Content-Length: 7\r\n\r\nrefused"])
+def test_a_large_body_goes_only_after_100_continue(early) -> None:
+    body = b"b" * (http1.EXPECT_OVER + 1)
+    listener, got, thread = _expecting_server(early)
+    pool = http1.ConnectionPool("http", "127.0.0.1", listener.getsockname()[1],
+                                connect_timeout=2.0, read_timeout=5.0, maxsize=2)
+    resp = pool.request("PUT", "/b/k", {}, body)
+    if early is None:
+        assert resp.status == 200 and resp.data == b"ok"
+    else:
+        assert resp.status == 412 and resp.data == b"refused"
+        assert pool._idle == []  # the server may still wait for a body: not reused
+    for conn in pool._idle:
+        conn.close()
+    thread.join(5.0)
+    listener.close()
+    assert got == [len(body) if early is None else 0]
 
 
 def test_a_delete_without_a_body_sends_no_length(serve) -> None:

@@ -1,0 +1,84 @@
+"""A planted directory of many entries cannot stall `view` (issue #30, item 3; docs/HANDLER.md
+"Bounds", docs/SEMANTICS.md readdir): the view reads at most `MAX_VIEW_NAMES` names, stats only
+the files it may show, says it is truncated, and on a mount the daemon reads the metadata of only
+the pages the kernel asked for. Counts are asserted, never times (the times are in
+docs/PERFORMANCE.md)."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from memfs.memory.commands import MemoryHandler
+from memfs.memory.view import MAX_VIEW_NAMES, VIEW_CHAR_LIMIT
+from memfs.mount.namespace import READDIR_PAGE
+from tests.conftest import BUCKET
+from tests.support.s3proxy import S3Proxy
+
+
+def test_a_view_of_20000_entries_reads_a_bounded_number_of_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    big = tmp_path / "big"
+    big.mkdir()
+    for i in range(20_000):
+        (big / f"n{i:05d}.md").touch()
+    read = [0]
+    real_scandir = os.scandir
+
+    class Counting:
+        def __init__(self, fd: int) -> None:
+            self.it = real_scandir(fd)
+
+        def __enter__(self) -> Counting:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.it.close()
+
+        def __iter__(self):
+            for item in self.it:
+                read[0] += 1
+                yield item
+
+    monkeypatch.setattr(os, "scandir", Counting)
+    out = MemoryHandler(tmp_path).run({"command": "view", "path": "/memories"})
+    assert read[0] <= MAX_VIEW_NAMES + 1  # one more, to know there are more
+    _header, _, rest = out.partition("\n")
+    body, _, note = rest.partition("\n\n")
+    assert len(body) <= VIEW_CHAR_LIMIT
+    shown = body.count("\n")
+    assert note.startswith(f"[Output truncated at 16,000 characters: showing {shown:,} entries; "
+                           "more than ")
+    assert f"a view reads at most {MAX_VIEW_NAMES:,} names" in note
+
+
+def test_few_shown_names_among_many_hidden_ones_say_the_view_is_truncated(
+        tmp_path: Path) -> None:
+    for i in range(MAX_VIEW_NAMES + 10):
+        (tmp_path / f".hidden{i:05d}").touch()
+    (tmp_path / "zz.md").write_text("x")
+    out = MemoryHandler(tmp_path).run({"command": "view", "path": "/memories"})
+    assert "[Listing truncated: a view reads at most 2,000 names" in out
+
+
+def test_a_planted_directory_costs_the_daemon_only_the_pages_read(s3, s3_reset: str,
+                                                                    mount_factory) -> None:
+    n = 5_000
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: s3.put_object(Bucket=BUCKET, Key=f"big/n{i:05d}.md", Body=b"x"),
+                      range(n)))
+    with S3Proxy(s3_reset) as proxy:
+        mount_factory.endpoint = proxy.url
+        m = mount_factory("", "--metadata-ttl", "30")
+        proxy.reset_counts()
+        out = MemoryHandler(m).run({"command": "view", "path": "/memories/big"})
+        counts = proxy.counts()
+    assert "Output truncated" in out and "n00000.md" in out
+    reads = counts.get("GET", 0) + counts.get("HEAD", 0)
+    # Each name the view read is one metadata read (a GET of a small file), once per mount; the
+    # kernel asks for at most a page more than the view consumed. Before: every entry (5,000).
+    assert reads <= MAX_VIEW_NAMES + 2 * READDIR_PAGE, counts
+    assert counts.get("LIST", 0) <= n // 1000 + 2, counts

@@ -1,0 +1,36 @@
+"""A file and a directory of one name in the bucket (issue #30, item 5; docs/SEMANTICS.md "A
+file and a directory of the same name"): the directory is shown, and deleting it deletes the
+hidden file too, so a name the memory tool reported deleted never comes back."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from memfs.memory.commands import MemoryHandler
+from tests.conftest import BUCKET
+
+
+def keys(s3) -> set[str]:
+    return {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])}
+
+
+@pytest.mark.parametrize("how", ["memory tool", "rm -r"])
+def test_deleting_a_directory_that_hides_a_file_deletes_both(mount_factory, s3,
+                                                             how: str) -> None:
+    s3.put_object(Bucket=BUCKET, Key="a", Body=b"hidden file\n")
+    s3.put_object(Bucket=BUCKET, Key="a/x.md", Body=b"in the directory\n")
+    s3.put_object(Bucket=BUCKET, Key="keep.md", Body=b"keep\n")
+    m = mount_factory("", "--metadata-ttl", "0.2")
+    assert os.path.isdir(m / "a")
+    if how == "memory tool":
+        answer = MemoryHandler(m).run({"command": "delete", "path": "/memories/a"})
+        assert "deleted" in answer.lower()
+    else:
+        assert os.system(f"rm -r {m}/a") == 0
+    assert keys(s3) == {"keep.md"}
+    time.sleep(0.5)  # past the TTL: every listing is fetched again
+    assert sorted(os.listdir(m)) == ["keep.md"]
+    assert not os.path.lexists(m / "a")
