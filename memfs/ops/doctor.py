@@ -185,9 +185,15 @@ def check_bucket(s: Setup) -> Check:
 
 
 def conditional_writes(store: Any) -> tuple[bool | None, str]:
-    """The seam onto the endpoint probe: whether the endpoint refuses a stale ``If-Match`` on
-    PUT (None: could not tell), and what else it found."""
-    return store.enforces_conditional_writes(), ""
+    """The seam onto the endpoint probe (``memfs.s3.endpoint.probe_endpoint``): whether the
+    endpoint refuses a stale ``If-Match`` on PUT (None: could not tell), and what else it found
+    that changes what memfs does."""
+    from memfs.s3.endpoint import probe_endpoint
+
+    caps = probe_endpoint(store)
+    if not caps.probed:
+        return None, ""
+    return caps.enforces_if_match, "; ".join(caps.summary())
 
 
 def check_conditional_writes(s: Setup) -> Check:
