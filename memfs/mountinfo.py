@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from memfs.protocol import FSTYPE
+
 MOUNTINFO = "/proc/self/mountinfo"
 
 
@@ -61,8 +63,63 @@ def mount_entries(mountinfo: str = MOUNTINFO) -> list[MountEntry]:
 
 
 def is_mountpoint(path: str | os.PathLike[str], mountinfo: str = MOUNTINFO) -> bool:
+    return mounted_at(path, mountinfo) is not None
+
+
+def mounted_at(path: str | os.PathLike[str], mountinfo: str = MOUNTINFO) -> MountEntry | None:
+    """The topmost mount whose mountpoint is exactly `path` (symlinks resolved), or None."""
     real = Path(os.path.realpath(path))
-    return any(entry.mountpoint == real for entry in mount_entries(mountinfo))
+    found = None
+    for entry in mount_entries(mountinfo):
+        if entry.mountpoint == real:
+            found = entry  # later lines are mounted on top of earlier ones
+    return found
+
+
+def mount_holding(path: str | os.PathLike[str], mountinfo: str = MOUNTINFO) -> MountEntry | None:
+    """The mount an existing `path` lives on, by its device number (every FUSE mount has its
+    own); None if `path` cannot be stat'ed or its device is not listed."""
+    try:
+        dev = os.stat(path).st_dev
+    except OSError:
+        return None
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    found = None
+    for entry in mount_entries(mountinfo):
+        if entry.device == want:
+            found = entry  # the last (topmost) match wins
+    return found
+
+
+def describe(entry: MountEntry) -> str:
+    """``a mount of type tmpfs (source tmpfs)``: what a mount is, for a message."""
+    return f"a mount of type {entry.fstype} (source {entry.source})"
+
+
+class NotOnMemfs(ValueError):
+    """A memory root that is not on a memfs mount, and local directories were not allowed."""
+
+
+#: What the refusal tells the user to do instead; the front ends name their own switch.
+ALLOW_LOCAL_HINT = "mount it first (memfs mount), or pass --allow-local to use it as it is"
+
+
+def require_memfs(root: str | os.PathLike[str], *, allow_local: bool = False,
+                  hint: str = ALLOW_LOCAL_HINT, mountinfo: str = MOUNTINFO) -> None:
+    """Raise `NotOnMemfs` (one line) unless `root` is on a ``fuse.memfs`` mount or
+    `allow_local`. A root that does not exist is left to the caller's own error.
+
+    Why: an agent started before its mount came up would otherwise write its memories to the
+    empty local directory under the mountpoint, silently, and they would never reach S3.
+    """
+    if allow_local or not os.path.exists(root):
+        return
+    entry = mount_holding(root, mountinfo)
+    if entry is not None and entry.fstype == FSTYPE:
+        return
+    what = describe(entry) if entry is not None else "an unlisted filesystem"
+    raise NotOnMemfs(f"memory root {os.fspath(root)} is not on a memfs mount (it is on "
+                     f"{what}): {hint}")
 
 
 def wait_for_mount(

@@ -4,8 +4,9 @@ Exit codes: 0 success, 1 the operation failed (one ``memfs: ...`` line on stderr
 usage, 130 interrupted. Options with an environment twin read ``MEMFS_<OPTION>`` when not given
 (``--metadata-ttl`` → ``MEMFS_METADATA_TTL``, the mountpoint from ``MEMFS_MOUNTPOINT``); the
 command line wins. Modules: ``base`` (parser, style, twins), ``mount`` (mount, umount), ``df``,
-``fuse_conventions`` (SOURCE and -o as mount(8) gives them), ``status``, ``handle`` (handle, mcp),
-``install`` (install-unit), ``history`` (history, restore, log), ``gc``, ``demo``,
+``fuse_conventions`` (SOURCE and -o as mount(8) gives them), ``status``, ``doctor``,
+``handle`` (handle, mcp), ``install`` (install-unit), ``history`` (history, restore, log),
+``versions`` (show, diff), ``gc``, ``demo``,
 ``completion``; ``text`` formats tables. The work itself is in ``memfs.memory``,
 ``memfs.ops``, ``memfs.mount`` and ``memfs.demo``, imported when a command needs it.
 """
@@ -17,12 +18,25 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from memfs.cli import completion, demo, df, gc, handle, history, install, mount, status
+from memfs.cli import (
+    completion,
+    demo,
+    df,
+    doctor,
+    gc,
+    handle,
+    history,
+    install,
+    mount,
+    status,
+    versions,
+)
 from memfs.cli.base import PROG, Parser, dispatch
 from memfs.cli.fuse_conventions import as_mount_argv
 
 #: Subcommands in the order ``memfs --help`` lists them.
-COMMAND_MODULES = (mount, status, df, handle, install, history, gc, demo, completion)
+COMMAND_MODULES = (mount, status, df, doctor, handle, install, history, versions, gc, demo,
+                   completion)
 
 
 class _ShowVersion(argparse.Action):

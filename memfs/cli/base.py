@@ -1,9 +1,10 @@
 """What every ``memfs`` subcommand shares: the parser, the output style, and environment twins.
 
-* **Style.** Results go to stdout. A mistake in the command line is one line on stderr,
-  ``memfs COMMAND: what is wrong`` (or ``memfs: ...``), exit 2; an operation that fails is one
-  line ``memfs: why``, exit 1 (``memfs.ops`` raises `OpError`, worded for this line); Ctrl-C is
-  exit 130. No tracebacks for expected failures.
+* **Style.** Results go to stdout; `Context.say` and `Context.error` escape control and bidi
+  characters (``memfs.printable``), so bucket data never reaches a terminal raw. A mistake in
+  the command line is one line on stderr, ``memfs COMMAND: what is wrong`` (or ``memfs: ...``),
+  exit 2; an operation that fails is one line ``memfs: why``, exit 1 (``memfs.ops`` raises
+  `OpError`, worded for this line); Ctrl-C is exit 130. No tracebacks for expected failures.
 * **Environment twins.** An option declared with `option(..., env=True)` also reads
   ``MEMFS_<DEST>`` (``--metadata-ttl`` → ``MEMFS_METADATA_TTL``; ``env="MEMFS_EXPIRE"`` names
   another); its help ends with ``[MEMFS_...]``. The command line wins. This is the only place the
@@ -22,8 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TypeVar
 
+from memfs.extras import MissingExtra
 from memfs.ops.errors import S3_ERRORS, OpError, describe_s3_error
 from memfs.ops.locate import SETTINGS, Target, resolve
+from memfs.printable import escape
 from memfs.protocol import NAME as PROG
 from memfs.s3.bucket import Bucket
 
@@ -125,12 +128,15 @@ class Context:
     twins: Twins | None = None
 
     def say(self, text: str = "") -> None:
-        print(text, file=self.stdout, flush=True)
+        """Print `text` (lines): control and bidi characters from bucket data are escaped as
+        `view` shows them (``memfs.printable``), never sent to the terminal raw."""
+        print(escape(text, keep="\n"), file=self.stdout, flush=True)
 
     def error(self, message: str) -> None:
-        """One ``memfs: ...`` line on stderr (a message that names its command keeps it)."""
+        """One ``memfs: ...`` line on stderr (a message that names its command keeps it); any
+        control character in it, a newline too, is escaped: it stays one line."""
         named = message.startswith((f"{PROG} ", f"{PROG}:"))
-        print(message if named else f"{PROG}: {message}", file=self.stderr, flush=True)
+        print(escape(message if named else f"{PROG}: {message}"), file=self.stderr, flush=True)
 
     def fail(self, message: str, code: int = 1) -> int:
         self.error(message)
@@ -164,6 +170,8 @@ def dispatch(parser: Parser, argv: Sequence[str], *, env: Mapping[str, str] | No
         return ctx.fail(str(exc), 2)
     except OpError as exc:
         return ctx.fail(str(exc), 2 if exc.usage else 1)
+    except MissingExtra as exc:  # an optional dependency: the pip install line
+        return ctx.fail(str(exc))
     except S3_ERRORS as exc:
         return ctx.fail(describe_s3_error(exc, "?"))
     except SystemExit as exc:  # --help, --version

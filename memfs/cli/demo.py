@@ -10,6 +10,7 @@ from memfs.ops.locate import SETTINGS
 
 
 def register(sub: Any) -> None:
+    """``demo``."""
     d = command(sub, "demo", cmd_demo,
                 help="show an agent remembering across two sessions through S3",
                 description="Show an agent remembering across two sessions through S3: embedded "
@@ -22,6 +23,11 @@ def register(sub: Any) -> None:
 
 def cmd_demo(args: argparse.Namespace, ctx: Context) -> int:
     from memfs.demo.run import demo
+    from memfs.extras import require
 
     assert ctx.twins is not None
-    return demo(args.keep, {dest: ctx.twins.pick(args, dest) for dest in SETTINGS})
+    settings = {dest: ctx.twins.pick(args, dest) for dest in SETTINGS}
+    require("anthropic", "memfs demo")  # before anything starts: the pip install line
+    if not settings.get("bucket"):
+        require("moto", "memfs demo without --bucket (its embedded S3 server)")
+    return demo(args.keep, settings)

@@ -41,6 +41,7 @@ from memfs.ops.locate import Target
 
 
 def register(sub: Any) -> None:
+    """``history``, ``restore`` and ``log``."""
     h = command(sub, "history", cmd_history, help="list a file's versions (needs S3 versioning)",
                 description="List a memory file's versions, newest first (needs S3 versioning "
                 "on the bucket).")
@@ -49,6 +50,8 @@ def register(sub: Any) -> None:
     h.add_argument("--limit", type=int, default=DEFAULT_HISTORY_LIMIT,
                    help=f"show at most N versions (default {DEFAULT_HISTORY_LIMIT})")
     h.add_argument("--json", action="store_true", help="print a JSON array")
+    h.add_argument("--all", action="store_true", help="also show the empty first version "
+                   "that `> FILE` writes before its content")
     add_bucket_options(h.add_argument_group(*BUCKET_GROUP))
 
     r = command(sub, "restore", cmd_restore, help="bring back an earlier version of a file",
@@ -56,8 +59,9 @@ def register(sub: Any) -> None:
                 "(a server-side copy: itself a new version).")
     complete_as(r.add_argument("path", help="file inside a memfs mount (or below --prefix)"),
                 FILE)
-    r.add_argument("--version", metavar="ID", help="version id from memfs history (default: the "
-                   "newest earlier version that is not a deletion)")
+    r.add_argument("--version", metavar="ID", help="version id (or a unique prefix of it) from "
+                   "memfs history (default: the newest earlier version whose content differs "
+                   "from the current one; after a deletion, the last version before it)")
     add_bucket_options(r.add_argument_group(*BUCKET_GROUP))
 
     lg = command(sub, "log", cmd_log, help="recent changes under a mount's prefix, with writers",
@@ -71,6 +75,8 @@ def register(sub: Any) -> None:
                     help=f"show at most N changes, newest first (default {DEFAULT_LOG_LIMIT}); "
                     "each costs one HEAD for its writer")
     lg.add_argument("--json", action="store_true", help="print a JSON array")
+    lg.add_argument("--all", action="store_true", help="also show editor temporaries (.swp, "
+                    ".swx, ~, 4913, .#...) and the empty first version `> FILE` writes")
     lg.add_argument("--now", help=argparse.SUPPRESS)  # tests: the clock --since counts back from
     add_bucket_options(lg.add_argument_group(*BUCKET_GROUP))
 
@@ -88,7 +94,7 @@ def _show(ctx: Context, args: argparse.Namespace, items: Sequence[Version | Chan
 def cmd_history(args: argparse.Namespace, ctx: Context) -> int:
     target = require_file(locate(args, ctx, args.path), args.path)
     versions, more = on_bucket(target, lambda s3: history(
-        s3, target, limit=max(1, args.limit), warn=_warn(ctx)))
+        s3, target, limit=max(1, args.limit), warn=_warn(ctx), everything=args.all))
     return _show(ctx, args, versions, lambda: render_history(target, versions, more))
 
 
@@ -101,8 +107,12 @@ def cmd_restore(args: argparse.Namespace, ctx: Context) -> int:
         ctx.say(f"{display}: version {done.source.version_id} is already the current version; "
                 "nothing to do")
     else:
+        skipped = (f"; {done.skipped} newer version(s) with the current content passed over"
+                   if done.skipped else "")
+        writer = f" by {done.source.writer}" if done.source.writer else ""
         ctx.say(f"restored {display} to version {done.source.version_id} (written "
-                f"{fmt_time(done.source.time)}); new current version {done.new_version_id}")
+                f"{fmt_time(done.source.time)}{writer}: {done.why}{skipped}); new current "
+                f"version {done.new_version_id}")
         if target.mountpoint is not None:
             ctx.say("(mounts show it within their --metadata-ttl)")
     return 0
@@ -113,7 +123,7 @@ def cmd_log(args: argparse.Namespace, ctx: Context) -> int:
     now = parse_since(args.now, datetime.now(UTC)) if args.now else datetime.now(UTC)
     since = parse_since(args.since, now)
     found, more = on_bucket(target, lambda s3: changes(
-        s3, target, since, limit=max(1, args.limit), warn=_warn(ctx)))
+        s3, target, since, limit=max(1, args.limit), warn=_warn(ctx), everything=args.all))
     return _show(ctx, args, found, lambda: render_log(target, since, found, more))
 
 

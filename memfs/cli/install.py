@@ -23,9 +23,11 @@ MOUNT_SETTINGS = ("bucket", "mountpoint", "prefix", "endpoint_url", "region")
 def register(sub: Any) -> None:
     p = command(sub, "install-unit", cmd_install_unit,
                 help="install the systemd unit memfs@.service and an instance env file",
-                description="Install the memfs@.service systemd template and, with --instance, "
-                "/etc/memfs/INSTANCE.env; then `systemctl enable --now memfs@INSTANCE`.")
-    p.add_argument("--instance", help="instance name: memfs@NAME reads /etc/memfs/NAME.env")
+                description="Install the systemd templates memfs@.service (the mount), "
+                "memfs-gc@.service and memfs-gc@.timer (expiry) into --unit-dir and, with "
+                "--instance, the env file INSTANCE.env into --env-dir (the units read it from "
+                "there); then `systemctl enable --now memfs@INSTANCE`.")
+    p.add_argument("--instance", help="instance name: memfs@NAME reads ENV_DIR/NAME.env")
     for dest in MOUNT_SETTINGS:
         flag = "--" + dest.replace("_", "-")
         example = ", e.g. /memories" if dest == "mountpoint" else ""

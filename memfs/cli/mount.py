@@ -26,11 +26,13 @@ from memfs.cli.base import (
     command,
     option,
 )
-from memfs.cli.completion import DIRECTORY, complete_as
+from memfs.cli.completion import DIRECTORY, FILE, complete_as
 from memfs.cli.fuse_conventions import SourceError, apply_options, parse_source
 from memfs.mount.cachetrust import private_dirs
 from memfs.mount.config import ConfigError, MountConfig, default_cache_dir
 
+#: The daemon's log file, as ``memfs.mount.daemon.reopen_log`` reopens it on SIGHUP.
+LOG_PATH_ENV = "MEMFS_LOG_PATH"
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -59,8 +61,8 @@ def register(sub: Any) -> None:
            "made elsewhere show within this time (default 1)")
     complete_as(option(m, "--cache-dir", metavar="DIR", env=True,
                        help="where the mount keeps its content cache and staged open files, "
-                       "and a background daemon its log (default ~/.cache/memfs; "
-                       "MEMFS_LOG_PATH names the log file itself)"), DIRECTORY)
+                       "and a background daemon its log (default ~/.cache/memfs; --log-file "
+                       "names the log file itself)"), DIRECTORY)
     option(m, "--cache-size", metavar="SIZE", env=True,
            help="bound of the on-disk content cache, kept across restarts (default 1G; 0 "
            "keeps nothing past the mount)")
@@ -101,9 +103,25 @@ def register(sub: Any) -> None:
     option(m, "--max-files", metavar="N", env=True,
            help="quota on the number of files under the prefix; EDQUOT past it")
     option(m, "--log-level", env=True, help="debug, info, warning or error (default info)")
+    option(m, "-d", "--debug", action="store_true", default=None, env=True,
+           help="log every FUSE operation and S3 request with its time (--log-level debug), "
+           "and stay in the foreground, as FUSE's -d does; also -o debug")
+    complete_as(option(m, "--log-file", metavar="FILE", env=True,
+                       env_note="MEMFS_LOG_PATH is its older name",
+                       help="write the daemon's log to FILE (appended; reopened on SIGHUP, for "
+                       "logrotate) instead of stderr, or for a background mount instead of "
+                       "CACHE_DIR/mount-*.log"), FILE)
 
-    u = command(sub, "umount", cmd_umount, help="flush and unmount")
-    complete_as(u.add_argument("mountpoint"), DIRECTORY)
+    u = command(sub, "umount", cmd_umount, help="flush and unmount a memfs mount",
+                description="Unmount the memfs mount on MOUNTPOINT (fusermount3 -u) once every "
+                "open file is closed: each close already uploaded its file. Refuses anything "
+                "that is not a memfs mount (a tmpfs, a disk, a path inside a mount) and says "
+                "what it is. A busy mount (open files, a shell inside it) is left mounted.")
+    complete_as(u.add_argument("mountpoint", help="where the memfs mount is mounted"),
+                DIRECTORY)
+    u.add_argument("--lazy", action="store_true",
+                   help="detach now even if busy or dead (fusermount3 -u -z), as the systemd "
+                   "unit does after a crash; nothing mounted is then not an error")
 
 
 def _number(kind: type, flag: str, value: str | None) -> float | int | None:
@@ -216,11 +234,11 @@ def mount_config(args: argparse.Namespace, twins: Twins) -> MountConfig:
         prefix=pick("prefix") or "",
         endpoint_url=pick("endpoint_url") or None,
         region=pick("region") or None,
-        foreground=bool(pick("foreground")),
+        foreground=bool(pick("foreground") or pick("debug")),
         read_only=bool(pick("read_only")),
         cache_dir=Path(cache_dir).absolute() if cache_dir else _usable(default_cache_dir()),
         allow_other=bool(pick("allow_other")),
-        log_level=(pick("log_level") or "info").lower(),
+        log_level="debug" if pick("debug") else (pick("log_level") or "info").lower(),
         **kwargs,
     )
 
@@ -272,8 +290,14 @@ def cmd_mount(args: argparse.Namespace, ctx: Context) -> int:
         config = mount_config(args, ctx.twins)
     except ConfigError as exc:
         return ctx.fail(str(exc), 2)
+    log_file = log_file_of(args, ctx.twins)
     if not config.foreground:
-        return _mount_in_background(config, ctx)
+        return _mount_in_background(config, ctx, log_file)
+    if log_file is not None:
+        try:
+            _log_to(log_file)
+        except OSError as exc:
+            return ctx.fail(f"cannot write the log {log_file} ({exc.strerror})")
     setup_logging(config.log_level)
     try:
         return daemon.run(config)
@@ -281,12 +305,28 @@ def cmd_mount(args: argparse.Namespace, ctx: Context) -> int:
         return ctx.fail(str(exc))
 
 
-def _log_path(config: MountConfig) -> Path:
-    """Where a background daemon writes its log: ``MEMFS_LOG_PATH``, else under the cache
+def log_file_of(args: argparse.Namespace, twins: Twins) -> Path | None:
+    """``--log-file`` (or ``MEMFS_LOG_FILE``, or its older name ``MEMFS_LOG_PATH``)."""
+    chosen = twins.pick(args, "log_file") or os.environ.get(LOG_PATH_ENV)
+    return Path(chosen).absolute() if chosen else None
+
+
+def _log_to(path: Path) -> None:
+    """Send stderr (the log) to `path`, appending; the daemon reopens it on SIGHUP."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    sys.stderr.flush()
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ[LOG_PATH_ENV] = str(path)
+
+
+def _log_path(config: MountConfig, chosen: Path | None = None) -> Path:
+    """Where a background daemon writes its log: ``--log-file``, else under the cache
     directory (``--cache-dir``, ``$XDG_CACHE_HOME/memfs``, ``~/.cache/memfs``)."""
     tag = hashlib.sha256(str(config.mountpoint).encode()).hexdigest()[:12]
-    if chosen := os.environ.get("MEMFS_LOG_PATH"):
-        return Path(chosen)
+    if chosen is not None:
+        return chosen
     return (config.cache_dir or default_cache_dir()) / f"mount-{tag}.log"
 
 
@@ -301,7 +341,8 @@ def _usable(directory: Path) -> Path | None:
     return directory
 
 
-def _mount_in_background(config: MountConfig, ctx: Context) -> int:
+def _mount_in_background(config: MountConfig, ctx: Context, log_file: Path | None = None
+                         ) -> int:
     """Start the daemon detached and return only once it reports the mount live (or failed)."""
     from memfs.mount.daemon import READY_FD_ENV
 
@@ -309,8 +350,9 @@ def _mount_in_background(config: MountConfig, ctx: Context) -> int:
     argv = [sys.executable, "-m", "memfs", *sys.argv[1:]]
     if "--foreground" not in argv:
         argv.append("--foreground")
-    log_path = _log_path(config)
-    env = {**os.environ, READY_FD_ENV: str(write_end)}
+    log_path = _log_path(config, log_file)
+    # The daemon's stderr is the log file; SIGHUP reopens it by this name (logrotate).
+    env = {**os.environ, READY_FD_ENV: str(write_end), LOG_PATH_ENV: str(log_path)}
     try:
         private_dirs(log_path.parent)
         logf = open(log_path, "ab")  # noqa: SIM115 (closed by the with below)
@@ -346,20 +388,40 @@ def _mount_in_background(config: MountConfig, ctx: Context) -> int:
 
 
 def cmd_umount(args: argparse.Namespace, ctx: Context) -> int:
-    from memfs.mountinfo import is_mountpoint
+    from memfs.mountinfo import describe, mount_holding, mounted_at
+    from memfs.protocol import FSTYPE
 
     path = Path(args.mountpoint).absolute()
-    if not is_mountpoint(path):
-        return ctx.fail(f"{path} is not mounted")
+    entry = mounted_at(path)
+    if entry is None:
+        holder = mount_holding(path)
+        inside = (f" (it is inside the memfs mount {holder.mountpoint})"
+                  if holder is not None and holder.fstype == FSTYPE else "")
+        return 0 if args.lazy and not inside else ctx.fail(f"{path} is not mounted{inside}")
+    if entry.fstype != FSTYPE:
+        # Only ever a memfs mount: `memfs umount` on a tmpfs (or the wrong path) must not work.
+        return ctx.fail(f"{path} is not a memfs mount: it is {describe(entry)}; use umount(8) "
+                        "if you mean it")
     # Every close() already uploaded its file; unmounting waits for nothing else. A busy mount
     # (open files, a shell inside it) is refused by the kernel rather than losing data.
-    result = subprocess.run(["fusermount3", "-u", str(path)], capture_output=True, text=True)
+    lazy = ["-z"] if args.lazy else []
+    result = subprocess.run(["fusermount3", "-u", *lazy, str(path)], capture_output=True,
+                            text=True)
     if result.returncode != 0:
         reason = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "failed"
         if "busy" in reason.lower():
             reason = f"{path} is busy: close files and leave the directory, then retry"
         return ctx.fail(reason)
     deadline = time.monotonic() + 10
-    while is_mountpoint(path) and time.monotonic() < deadline:
+    while is_memfs_at(path) and time.monotonic() < deadline:
         time.sleep(0.05)
     return 0
+
+
+def is_memfs_at(path: Path) -> bool:
+    """Whether a memfs mount is (still) mounted on `path`."""
+    from memfs.mountinfo import mounted_at
+    from memfs.protocol import FSTYPE
+
+    entry = mounted_at(path)
+    return entry is not None and entry.fstype == FSTYPE

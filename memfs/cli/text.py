@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from memfs.printable import escape
+
 
 def fmt_size(n: int | None) -> str:
     if n is None:
@@ -18,7 +20,10 @@ def fmt_size(n: int | None) -> str:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Iterable[int] = ()
           ) -> str:
+    """Columns padded to their widths; cells escaped first (``memfs.printable``), so a name
+    holding a newline or a bidi control neither breaks a row nor reorders it."""
     right = set(right)
+    rows = [[escape(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(headers)]
 

@@ -27,17 +27,21 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
-from anthropic.lib.tools import BetaAsyncAbstractMemoryTool, BetaFunctionToolResultType
-from anthropic.types.beta import (
-    BetaCacheControlEphemeralParam,
-    BetaMemoryTool20250818CreateCommand,
-    BetaMemoryTool20250818DeleteCommand,
-    BetaMemoryTool20250818InsertCommand,
-    BetaMemoryTool20250818RenameCommand,
-    BetaMemoryTool20250818StrReplaceCommand,
-    BetaMemoryTool20250818ViewCommand,
-)
+from memfs.extras import missing_extra
 
+try:
+    from anthropic.lib.tools import BetaAsyncAbstractMemoryTool, BetaFunctionToolResultType
+    from anthropic.types.beta import (
+        BetaCacheControlEphemeralParam,
+        BetaMemoryTool20250818CreateCommand,
+        BetaMemoryTool20250818DeleteCommand,
+        BetaMemoryTool20250818InsertCommand,
+        BetaMemoryTool20250818RenameCommand,
+        BetaMemoryTool20250818StrReplaceCommand,
+        BetaMemoryTool20250818ViewCommand,
+    )
+except ModuleNotFoundError as exc:  # the optional extra: say how to install it
+    raise missing_extra(exc, "memfs.memory.async_tool.AsyncMemoryTool") from None
 from memfs.handler import MemoryTool
 
 __all__ = ["AsyncMemoryTool"]
@@ -79,7 +83,7 @@ class AsyncMemoryTool(BetaAsyncAbstractMemoryTool):
     final = await runner.until_done()
     ```
 
-    `max_file_bytes`, `secrets_guard` and `agent_id` are `MemoryHandler`'s (as for `MemoryTool`;
+    `max_file_bytes`, `secrets_guard`, `agent_id` and `allow_local` are `MemoryTool`'s (as there;
     `None` keeps the handler's default size limit). `executor` runs the commands; by default the
     running loop's default executor, the one `asyncio.to_thread` uses (bounded: at most
     `min(32, cpus + 4)` threads, so a hung mount cannot grow threads without bound). Pass your own
@@ -97,10 +101,11 @@ class AsyncMemoryTool(BetaAsyncAbstractMemoryTool):
         agent_id: str | None = None,
         shared: Mapping[str, str | os.PathLike[str]] | None = None,
         executor: Executor | None = None,
+        allow_local: bool = False,
     ) -> None:
         super().__init__(cache_control=cache_control)
         options: dict[str, Any] = {"secrets_guard": secrets_guard, "agent_id": agent_id,
-                                   "shared": shared}
+                                   "shared": shared, "allow_local": allow_local}
         if max_file_bytes is not None:
             options["max_file_bytes"] = max_file_bytes
         self._sync = MemoryTool(root, **options)

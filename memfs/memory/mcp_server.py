@@ -50,7 +50,7 @@ from memfs.memory.mcp_auth import (
     load_or_create_token,
     unix_socket,
 )
-from memfs.memory.options import add_mcp_options, handler_options
+from memfs.memory.options import add_mcp_options, check_root, handler_options
 
 __all__ = ["DESCRIPTION", "INPUT_SCHEMA", "TOOL_NAME", "MemoryToolService", "build_server", "main"]
 
@@ -304,6 +304,7 @@ def run(args: argparse.Namespace) -> int:
     """Serve until the transport ends; `args` as `memfs.memory.options.add_mcp_options` makes."""
     logging.getLogger("mcp").setLevel(logging.WARNING)  # no per-request chatter on stderr
     try:
+        check_root(args)  # a ValueError: not on a memfs mount, and no --allow-local
         service = MemoryToolService(args.root, **handler_options(args))
     except (OSError, ValueError) as err:
         print(f"{PROG}: {err}", file=sys.stderr)

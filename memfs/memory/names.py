@@ -2,7 +2,8 @@
 addresses existing names that contain them. Stated once here (and in docs/HANDLER.md).
 
 Refused in any name the handler creates (create, rename destination, directories it makes), and
-refused *as written* in any path (they corrupt listings and terminals, or reorder text):
+refused *as written* in any path (they corrupt listings and terminals, or reorder text; the
+list and the escapes are ``memfs.printable``'s, shared with the operator commands):
 
 * C0 controls U+0000–U+001F and DEL U+007F;
 * C1 controls U+0080–U+009F (incl. U+0085 NEL and U+009B CSI);
@@ -21,38 +22,18 @@ from __future__ import annotations
 
 import re
 
-_BIDI = frozenset(range(0x202A, 0x202F)) | frozenset(range(0x2066, 0x206A))
+from memfs import printable
+from memfs.printable import escape_char, has_refused, refused_char
+
+__all__ = ["BadEscape", "escape", "has_refused", "refused_char", "strip_escapes", "unescape"]
+
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4})")
-
-
-def refused_char(c: str) -> bool:
-    """True for a character the handler never writes into a name (see the module text)."""
-    o = ord(c)
-    return (
-        o < 0x20
-        or 0x7F <= o <= 0x9F
-        or o in (0x2028, 0x2029)
-        or o in _BIDI
-        or 0xDC80 <= o <= 0xDCFF
-    )
-
-
-def has_refused(name: str) -> bool:
-    return any(refused_char(c) for c in name)
-
-
-def _escape_char(c: str) -> str:
-    o = ord(c)
-    if 0xDC80 <= o <= 0xDCFF:
-        return f"\\u{o:04x}"
-    return f"\\x{o:02x}" if o <= 0xFF else f"\\u{o:04x}"
+_escape_char = escape_char
 
 
 def escape(name: str) -> str:
     """`name` as a view shows it: every refused character written as its escape."""
-    if not has_refused(name):
-        return name
-    return "".join(_escape_char(c) if refused_char(c) else c for c in name)
+    return printable.escape(name)
 
 
 def strip_escapes(raw: str) -> str:

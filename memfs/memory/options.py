@@ -11,6 +11,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from memfs.mountinfo import require_memfs
+
 
 def _shared_area(text: str) -> tuple[str, str]:
     name, sep, path = text.partition("=")
@@ -20,7 +22,8 @@ def _shared_area(text: str) -> tuple[str, str]:
 
 
 def add_handler_options(parser: argparse.ArgumentParser) -> None:
-    """``--root``, ``--shared``, ``--max-file-bytes``, ``--secrets-guard``, ``--agent-id``."""
+    """``--root``, ``--shared``, ``--max-file-bytes``, ``--secrets-guard``, ``--agent-id``,
+    ``--allow-local``."""
     parser.add_argument("--root", required=True, metavar="DIR",
                         help="directory that stands for /memories (e.g. a memfs mount, or one "
                         "tenant's subdirectory of it)")
@@ -34,6 +37,15 @@ def add_handler_options(parser: argparse.ArgumentParser) -> None:
                         "passwords)")
     parser.add_argument("--agent-id", help="recorded as the writer's agent in each object's "
                         "metadata on a memfs mount")
+    parser.add_argument("--allow-local", action="store_true",
+                        help="serve a root that is not on a memfs mount (by default refused: "
+                        "an agent started before its mount came up would write to local disk)")
+
+
+def check_root(args: argparse.Namespace) -> None:
+    """Raise `memfs.mountinfo.NotOnMemfs` (one line) if ``--root`` is not on a memfs mount and
+    ``--allow-local`` was not given."""
+    require_memfs(args.root, allow_local=args.allow_local)
 
 
 def handler_options(args: argparse.Namespace) -> dict[str, Any]:

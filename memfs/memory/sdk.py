@@ -12,19 +12,31 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from anthropic.lib.tools import BetaAbstractMemoryTool, BetaFunctionToolResultType, ToolError
-from anthropic.types.beta import (
-    BetaCacheControlEphemeralParam,
-    BetaMemoryTool20250818CreateCommand,
-    BetaMemoryTool20250818DeleteCommand,
-    BetaMemoryTool20250818InsertCommand,
-    BetaMemoryTool20250818RenameCommand,
-    BetaMemoryTool20250818StrReplaceCommand,
-    BetaMemoryTool20250818ViewCommand,
-)
+from memfs.extras import missing_extra
 
+try:
+    from anthropic.lib.tools import (
+        BetaAbstractMemoryTool,
+        BetaFunctionToolResultType,
+        ToolError,
+    )
+    from anthropic.types.beta import (
+        BetaCacheControlEphemeralParam,
+        BetaMemoryTool20250818CreateCommand,
+        BetaMemoryTool20250818DeleteCommand,
+        BetaMemoryTool20250818InsertCommand,
+        BetaMemoryTool20250818RenameCommand,
+        BetaMemoryTool20250818StrReplaceCommand,
+        BetaMemoryTool20250818ViewCommand,
+    )
+except ModuleNotFoundError as exc:  # the optional extra: say how to install it
+    raise missing_extra(exc, "memfs.handler.MemoryTool") from None
 from memfs.memory.commands import DEFAULT_MAX_FILE_BYTES, MemoryHandler
 from memfs.memory.errors import CommandError
+from memfs.mountinfo import require_memfs
+
+#: The refusal's advice for the SDK tools, whose switch is a keyword argument.
+ALLOW_LOCAL_HINT = "mount it first (memfs mount), or pass allow_local=True to use it as it is"
 
 
 class MemoryTool(BetaAbstractMemoryTool):
@@ -37,7 +49,9 @@ class MemoryTool(BetaAbstractMemoryTool):
     ```
 
     `secrets_guard`, `agent_id` and `shared` are `MemoryHandler`'s (refuse credential-looking
-    content; record who wrote each file on a memfs mount; read-only shared areas).
+    content; record who wrote each file on a memfs mount; read-only shared areas). A `root` that
+    is not on a memfs mount raises `memfs.mountinfo.NotOnMemfs` (a `ValueError`) unless
+    `allow_local=True`: an agent started before its mount came up must not write to local disk.
     """
 
     def __init__(
@@ -49,8 +63,10 @@ class MemoryTool(BetaAbstractMemoryTool):
         secrets_guard: bool = False,
         agent_id: str | None = None,
         shared: Mapping[str, str | os.PathLike[str]] | None = None,
+        allow_local: bool = False,
     ) -> None:
         super().__init__(cache_control=cache_control)
+        require_memfs(root, allow_local=allow_local, hint=ALLOW_LOCAL_HINT)
         self.handler = MemoryHandler(root, max_file_bytes=max_file_bytes,
                                      secrets_guard=secrets_guard, agent_id=agent_id,
                                      shared=shared)

@@ -15,6 +15,7 @@ import errno
 import functools
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,8 +41,9 @@ def fuse_op(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     async def wrapper(self: MemFS, *args: Any) -> Any:
         self.core.ops[name] += 1  # `memfs status` shows what the kernel asks of the daemon
+        started = time.monotonic() if log.isEnabledFor(logging.DEBUG) else 0.0  # memfs mount -d
         try:
-            return await fn(self, *args)
+            result = await fn(self, *args)
         except pyfuse3.FUSEError as exc:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s%r -> %s", fn.__name__, args[:2], errno.errorcode.get(exc.errno))
@@ -53,6 +55,9 @@ def fuse_op(fn: Callable[..., Any]) -> Callable[..., Any]:
         except Exception:
             log.exception("internal error in %s%r", fn.__name__, args[:2])
             raise pyfuse3.FUSEError(errno.EIO) from None
+        if started:
+            log.debug("%s%r -> ok (%.1f ms)", name, args[:2], (time.monotonic() - started) * 1e3)
+        return result
 
     return wrapper
 

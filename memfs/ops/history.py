@@ -31,6 +31,7 @@ from typing import Any
 
 from memfs.ops.errors import OpError
 from memfs.ops.locate import Target
+from memfs.ops.noise import empty_first_candidates, is_editor_temporary
 from memfs.protocol import META_AGENT as AGENT_META
 from memfs.protocol import META_MTIME
 from memfs.protocol import META_RESTORED_FROM as RESTORED_FROM_META
@@ -59,6 +60,7 @@ class Version:
     writer: str | None = None
     agent: str | None = None
     restored_from: str | None = None
+    etag: str | None = None  # as S3 lists it; equal ETags mean equal bytes
 
     def as_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -93,7 +95,7 @@ def require_versioning(s3: Bucket, target: Target, warn: Warn | None = None) -> 
 def _list_versions(s3: Bucket, prefix: str) -> Iterable[Version]:
     for v in s3.versions(prefix):
         yield Version(key=v.key, version_id=v.version_id, time=v.modified, deleted=v.deleted,
-                      latest=v.latest, size=v.size)
+                      latest=v.latest, size=v.size, etag=v.etag or None)
 
 
 def order(entries: Sequence[Version]) -> list[Version]:
@@ -150,12 +152,37 @@ def _head_meta(s3: Bucket, v: Version) -> Version:
                    restored_from=meta.get(RESTORED_FROM_META))
 
 
-def with_metadata(s3: Bucket, versions: Sequence[Version]) -> list[Version]:
-    """`versions` with writer/agent filled in: one HEAD per stored version, run concurrently."""
-    if not versions:
-        return []
-    with ThreadPoolExecutor(max_workers=min(HEAD_WORKERS, len(versions))) as pool:
-        return list(pool.map(lambda v: _head_meta(s3, v), versions))
+#: Versions already HEADed, by (key, version id): each is asked at most once per command.
+Seen = dict[tuple[str, str], Version]
+
+
+def with_metadata(s3: Bucket, versions: Sequence[Version], seen: Seen | None = None
+                  ) -> list[Version]:
+    """`versions` with writer/agent filled in: one HEAD per stored version not in `seen`, run
+    concurrently."""
+    seen = {} if seen is None else seen
+    todo = [v for v in versions if (v.key, v.version_id) not in seen]
+    if todo:
+        with ThreadPoolExecutor(max_workers=min(HEAD_WORKERS, len(todo))) as pool:
+            for v in pool.map(lambda v: _head_meta(s3, v), todo):
+                seen[(v.key, v.version_id)] = v
+    return [seen[(v.key, v.version_id)] for v in versions]
+
+
+def drop_noise(s3: Bucket, entries: Sequence[Version], seen: Seen) -> list[Version]:
+    """One key's history without the empty first version of ``> f`` (``memfs.ops.noise``):
+    two HEADs per candidate, to compare the writers."""
+    candidates = empty_first_candidates(entries)
+    if not candidates:
+        return list(entries)
+    pairs = [v for i in candidates for v in (entries[i], entries[i - 1])]
+    meta = {(v.key, v.version_id): v for v in with_metadata(s3, pairs, seen)}
+
+    def writer(v: Version) -> str | None:
+        return meta[(v.key, v.version_id)].writer
+
+    drop = {i for i in candidates if writer(entries[i]) == writer(entries[i - 1])}
+    return [v for i, v in enumerate(entries) if i not in drop]
 
 
 # -- times ---------------------------------------------------------------------------------------
@@ -175,7 +202,7 @@ def require_file(target: Target, path: str) -> Target:
     return target
 
 
-def _not_a_file(s3: Bucket, target: Target) -> HistoryError:
+def not_a_file(s3: Bucket, target: Target) -> HistoryError:
     if s3.has_versions_under(target.key + "/"):
         return HistoryError(f"{target.display(target.rel)} is a directory: history, restore "
                             "and log PATH work on files (try memfs log PATH)")
@@ -184,13 +211,17 @@ def _not_a_file(s3: Bucket, target: Target) -> HistoryError:
 
 
 def history(s3: Bucket, target: Target, *, limit: int = DEFAULT_HISTORY_LIMIT,
-            warn: Warn | None = None) -> tuple[list[Version], int]:
-    """The file's versions newest first with writer/agent (at most `limit`), and how many more."""
+            warn: Warn | None = None, everything: bool = False) -> tuple[list[Version], int]:
+    """The file's versions newest first with writer/agent (at most `limit`), and how many more;
+    the empty first version of ``> f`` left out unless `everything`."""
     require_versioning(s3, target, warn)
     entries = key_history(s3, target.key)
     if not entries:
-        raise _not_a_file(s3, target)
-    shown = with_metadata(s3, entries[:limit])
+        raise not_a_file(s3, target)
+    seen: Seen = {}
+    if not everything:
+        entries = drop_noise(s3, entries, seen)
+    shown = with_metadata(s3, entries[:limit], seen)
     return shown, len(entries) - len(shown)
 
 
@@ -202,21 +233,70 @@ class Restored:
     source: Version
     new_version_id: str | None
     noop: bool = False
+    why: str = ""  # which version was picked, in words
+    skipped: int = 0  # newer versions passed over because they hold the current bytes
 
 
-def pick_version(entries: Sequence[Version], version_id: str | None, display: str) -> Version:
-    """The version `restore` copies back (see the module docstring for the default)."""
-    if version_id is not None:
-        for v in entries:
-            if v.version_id == version_id:
-                if v.deleted:
-                    raise HistoryError(f"version {version_id} of {display} is a deletion; pick a "
-                                       "version with content (memfs history shows them)")
-                return v
+def _etag(v: Version) -> str:
+    return (v.etag or "").strip('"')
+
+
+def same_content(s3: Bucket, a: Version, b: Version) -> bool:
+    """Whether two stored versions hold the same bytes: by size and ETag when they tell (equal
+    ETags, or two different plain MD5 ETags), else by reading both (multipart ETags, servers
+    that return none)."""
+    if a.size != b.size:
+        return False
+    ea, eb = _etag(a), _etag(b)
+    if ea and ea == eb:
+        return True
+    if ea and eb and "-" not in ea + eb:
+        return False
+    return s3.get(a.key, a.version_id) == s3.get(b.key, b.version_id)
+
+
+def find_version(entries: Sequence[Version], version_id: str, display: str) -> Version:
+    """The entry whose id is `version_id`, or starts with it (at least 4 characters, one
+    match): ids are long, a prefix as ``git`` takes is enough."""
+    exact = [v for v in entries if v.version_id == version_id]
+    found = exact or ([v for v in entries if v.version_id.startswith(version_id)]
+                      if len(version_id) >= 4 else [])
+    if len(found) > 1:
+        raise HistoryError(f"version {version_id!r} of {display} is ambiguous: "
+                           f"{', '.join(v.version_id for v in found[:5])}")
+    if not found:
         raise HistoryError(f"{display} has no version {version_id} (memfs history lists them)")
+    return found[0]
+
+
+def pick_version(entries: Sequence[Version], version_id: str | None, display: str,
+                 same: Callable[[Version, Version], bool]) -> tuple[Version, str, int]:
+    """The version `restore` copies back, why (in words), and how many newer versions holding
+    the current bytes were passed over. Default: after a deletion, the last version before it;
+    else the newest earlier version whose content differs from the current one (an editor's
+    save writes the same bytes twice: restoring an identical version would change nothing)."""
+    if version_id is not None:
+        v = find_version(entries, version_id, display)
+        if v.deleted:
+            raise HistoryError(f"version {version_id} of {display} is a deletion; pick a "
+                               "version with content (memfs history shows them)")
+        return v, "the version named", 0
+    current = entries[0]
+    if current.deleted:
+        for v in entries[1:]:
+            if not v.deleted:
+                return v, "the last version before the deletion", 0
+        raise HistoryError(f"{display} has no earlier version to restore")
+    skipped = 0
     for v in entries[1:]:
-        if not v.deleted:
-            return v
+        if v.deleted:
+            continue
+        if not same(current, v):
+            return v, "the last version whose content differs from the current one", skipped
+        skipped += 1
+    if skipped:
+        raise HistoryError(f"{display}: every earlier version ({skipped}) holds the same bytes "
+                           "as the current one; nothing to restore (--version ID picks one)")
     raise HistoryError(f"{display} has no earlier version to restore")
 
 
@@ -228,10 +308,11 @@ def restore(s3: Bucket, target: Target, version_id: str | None = None, *,
     display = target.display(target.rel)
     entries = key_history(s3, target.key)
     if not entries:
-        raise _not_a_file(s3, target)
-    source = pick_version(entries, version_id, display)
+        raise not_a_file(s3, target)
+    source, why, skipped = pick_version(entries, version_id, display,
+                                        lambda a, b: same_content(s3, a, b))
     if source is entries[0]:
-        return Restored(source, source.version_id, noop=True)  # already current
+        return Restored(source, source.version_id, noop=True, why=why)  # already current
     head = s3.head(target.key, source.version_id)
     if head is None:
         raise HistoryError(f"version {source.version_id} of {display} is gone (deleted "
@@ -244,7 +325,8 @@ def restore(s3: Bucket, target: Target, version_id: str | None = None, *,
     meta[RESTORED_FROM_META] = source.version_id
     new_id = s3.copy_version(target.key, source.version_id, meta,
                              head.get("ContentType") or "application/octet-stream")
-    return Restored(source, new_id)
+    source = replace(source, writer=head["Metadata"].get(WRITER_META))
+    return Restored(source, new_id, why=why, skipped=skipped)
 
 
 # -- log ------------------------------------------------------------------------------------------
@@ -306,11 +388,13 @@ def classify(entries: Sequence[Version], rel_of: Callable[[str], str]) -> list[C
 
 
 def changes(s3: Bucket, target: Target, since: datetime, *, limit: int = DEFAULT_LOG_LIMIT,
-            warn: Warn | None = None) -> tuple[list[Change], int]:
+            warn: Warn | None = None, everything: bool = False) -> tuple[list[Change], int]:
     """Changes under the target since `since`, newest first (at most `limit`), and how many more.
 
     One ListObjectVersions pass over the target (all history must be listed: S3 cannot filter
-    by time), then one HEAD per write shown, for its writer and agent.
+    by time), then one HEAD per write shown, for its writer and agent. Unless `everything`,
+    editor temporaries and the empty first version of ``> f`` are left out (``memfs.ops.noise``;
+    two HEADs per such candidate).
     """
     require_versioning(s3, target, warn)
     base = target.key
@@ -318,15 +402,21 @@ def changes(s3: Bucket, target: Target, since: datetime, *, limit: int = DEFAULT
     for v in _list_versions(s3, base):  # a file, or a directory's keys
         if target.rel and not (v.key == base or v.key.startswith(base + "/")):
             continue  # "notes" must not match "notes2.md"
+        if not everything and v.key != base and is_editor_temporary(v.key):
+            continue
         by_key.setdefault(v.key, []).append(v)
     found: list[Change] = []
+    seen: Seen = {}
     for entries in by_key.values():
-        for c in classify(order(entries), lambda k: k[len(target.prefix):]):
+        ordered = order(entries)
+        if not everything and any(v.time >= since for v in ordered):
+            ordered = drop_noise(s3, ordered, seen)
+        for c in classify(ordered, lambda k: k[len(target.prefix):]):
             if c.version.time >= since:
                 found.append(c)
     found.sort(key=lambda c: c.version.time, reverse=True)  # stable: keeps per-key order
     shown, more = found[:limit], max(0, len(found) - limit)
-    with_meta = with_metadata(s3, [c.version for c in shown])
+    with_meta = with_metadata(s3, [c.version for c in shown], seen)
     out = []
     for c, v in zip(shown, with_meta, strict=True):
         action = "restored" if v.restored_from and c.action in ("created", "edited") else c.action

@@ -1,9 +1,10 @@
 """Install the ``memfs@.service`` systemd template and an instance's env file.
 
 ``install_unit()`` (behind ``memfs install-unit --instance NAME --bucket B --mountpoint M``)
-copies ``systemd/memfs@.service`` to ``/etc/systemd/system/`` with ``ExecStart`` rewritten to the
-memfs executable that runs the installer (normally the project's virtualenv, so the unit never
-depends on what ``$PATH`` holds at boot), writes ``/etc/memfs/NAME.env`` from
+copies ``systemd/memfs@.service`` to ``/etc/systemd/system/`` (or ``unit_dir``) with its commands
+rewritten to the memfs executable that runs the installer (normally the project's virtualenv, so
+the unit never depends on what ``$PATH`` holds at boot) and ``EnvironmentFile=`` to ``env_dir``,
+writes ``/etc/memfs/NAME.env`` (or ``env_dir/NAME.env``) from
 ``systemd/memfs.env.example`` with the given values filled in (mode 0600: it may hold
 credentials), and runs ``systemctl daemon-reload`` when systemd is running. An existing env file
 is kept unless ``force``: it is the operator's configuration. A library: ``memfs.cli.install``
@@ -58,8 +59,10 @@ def default_exec() -> list[str]:
     return [str(Path(sys.executable).absolute()), "-m", "memfs"]
 
 
-def render_unit(exec_cmd: Sequence[str], template: str | None = None) -> str:
-    """The unit text with ``ExecStart`` running ``exec_cmd``."""
+def render_unit(exec_cmd: Sequence[str], template: str | None = None,
+                env_dir: Path = DEFAULT_ENV_DIR) -> str:
+    """The unit text with every command that runs memfs (``ExecStart``, ``ExecStopPost``) running
+    ``exec_cmd``, and ``EnvironmentFile`` in ``env_dir``."""
     text = template if template is not None else (systemd_dir() / UNIT_NAME).read_text()
     if not Path(exec_cmd[0]).is_absolute():
         raise InstallError(f"the memfs executable must be an absolute path, got {exec_cmd[0]!r}")
@@ -67,10 +70,14 @@ def render_unit(exec_cmd: Sequence[str], template: str | None = None) -> str:
     if re.search(r'["\\$%;]', " ".join(exec_cmd)):
         raise InstallError(f"unsupported character in the memfs path {' '.join(exec_cmd)!r}")
     quoted = " ".join(f'"{a}"' if re.search(r"\s", a) else a for a in exec_cmd)
-    line = f"ExecStart={TEMPLATE_BINARY} "
-    if line not in text:
+    line = re.compile(rf"^(Exec[A-Za-z]+=-?){re.escape(TEMPLATE_BINARY)} ", re.M)
+    if not re.search(rf"^ExecStart={re.escape(TEMPLATE_BINARY)} ", text, re.M):
         raise InstallError(f"{UNIT_NAME} has no 'ExecStart={TEMPLATE_BINARY} ...' line to rewrite")
-    return text.replace(line, f"ExecStart={quoted} ", 1)
+    text = line.sub(lambda m: f"{m.group(1)}{quoted} ", text)
+    env_dir = Path(env_dir).absolute()
+    if re.search(r"\s", str(env_dir)):
+        raise InstallError(f"unsupported whitespace in the env directory {env_dir}")
+    return text.replace(f"EnvironmentFile={DEFAULT_ENV_DIR}/", f"EnvironmentFile={env_dir}/")
 
 
 def _env_value(value: str) -> str:
@@ -140,7 +147,8 @@ def install_unit(
     exec_cmd = exec_cmd or default_exec()
     for name in (UNIT_NAME, GC_UNIT_NAME):  # the mount, and expiry (`memfs gc`) on the same env
         unit_path = Path(unit_dir) / name
-        _write(unit_path, render_unit(exec_cmd, (systemd_dir() / name).read_text()), 0o644)
+        _write(unit_path, render_unit(exec_cmd, (systemd_dir() / name).read_text(), env_dir),
+               0o644)
         written.append(unit_path)
     timer_path = Path(unit_dir) / GC_TIMER_NAME
     _write(timer_path, (systemd_dir() / GC_TIMER_NAME).read_text(), 0o644)

@@ -43,6 +43,7 @@ class ListedVersion:
     deleted: bool  # a delete marker
     latest: bool
     size: int | None  # None for a delete marker
+    etag: str = ""  # as listed, quotes included; "" for a delete marker
 
 
 def _code(exc: botocore.exceptions.ClientError) -> str:
@@ -81,7 +82,7 @@ class Bucket:
             for v in page.get("Versions", ()):
                 yield ListedVersion(v["Key"], str(v.get("VersionId") or "null"),
                                     v["LastModified"], False, bool(v.get("IsLatest")),
-                                    int(v.get("Size", 0)))
+                                    int(v.get("Size", 0)), str(v.get("ETag") or ""))
             for m in page.get("DeleteMarkers", ()):
                 yield ListedVersion(m["Key"], str(m.get("VersionId") or "null"),
                                     m["LastModified"], True, bool(m.get("IsLatest")), None)
@@ -108,6 +109,17 @@ class Bucket:
             raise
         resp["Metadata"] = {k.lower(): v for k, v in (resp.get("Metadata") or {}).items()}
         return resp
+
+    def get(self, key: str, version_id: str | None = None) -> bytes:
+        """The bytes of the key (or one of its versions): ``memfs show`` and ``memfs diff``."""
+        kwargs: dict[str, Any] = {"Bucket": self.name, "Key": key}
+        if version_id is not None:
+            kwargs["VersionId"] = version_id
+        body = self.client.get_object(**kwargs)["Body"]
+        try:
+            return bytes(body.read())
+        finally:
+            body.close()
 
     def delete(self, keys: Sequence[str]) -> list[tuple[str, str]]:
         """Delete up to `DELETE_BATCH` keys in one request; (key, reason) of those not deleted."""

@@ -158,7 +158,7 @@ def test_every_command_and_text_matches_the_handler(mnt: Path, s3: Any, kind: st
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_typed_commands_and_clear_all(tmp_path: Path, kind: str) -> None:
-    tool = make_tool(kind, tmp_path)
+    tool = make_tool(kind, tmp_path, allow_local=True)
 
     def run(x: Any) -> Any:
         return asyncio.run(x) if kind == "async" else x
@@ -175,20 +175,20 @@ def test_typed_commands_and_clear_all(tmp_path: Path, kind: str) -> None:
 
 
 def test_async_tool_is_an_sdk_async_memory_tool(tmp_path: Path) -> None:
-    tool = AsyncMemoryTool(tmp_path, cache_control={"type": "ephemeral"})
+    tool = AsyncMemoryTool(tmp_path, allow_local=True, cache_control={"type": "ephemeral"})
     assert isinstance(tool, BetaAsyncAbstractMemoryTool)
     assert tool.to_dict() == {"type": "memory_20250818", "name": "memory",
                               "cache_control": {"type": "ephemeral"}}
     assert tool.name == "memory"
     with pytest.raises(ValueError):
-        AsyncMemoryTool(tmp_path, agent_id="bad\nid")
+        AsyncMemoryTool(tmp_path, allow_local=True, agent_id="bad\nid")
     with pytest.raises(NotADirectoryError):
-        AsyncMemoryTool(tmp_path / "missing")
+        AsyncMemoryTool(tmp_path / "missing", allow_local=True)
 
 
 def test_commands_run_off_the_event_loop(tmp_path: Path) -> None:
     # While a command blocks in its worker thread, the loop keeps serving other tasks.
-    tool = AsyncMemoryTool(tmp_path)
+    tool = AsyncMemoryTool(tmp_path, allow_local=True)
     release, loop_thread = threading.Event(), threading.get_ident()
     seen: list[int] = []
     original = tool.handler.execute
@@ -220,7 +220,7 @@ def test_commands_run_off_the_event_loop(tmp_path: Path) -> None:
 
 def test_a_call_cancelled_before_it_started_never_runs(tmp_path: Path) -> None:
     with ThreadPoolExecutor(max_workers=1) as pool:
-        tool = AsyncMemoryTool(tmp_path, executor=pool)
+        tool = AsyncMemoryTool(tmp_path, allow_local=True, executor=pool)
         gate = threading.Event()
         pool.submit(gate.wait, 10)  # the only worker is busy: the next call stays queued
 
@@ -272,7 +272,7 @@ def test_a_running_call_finishes_before_cancellation_is_raised(mnt: Path) -> Non
 
 def test_a_timeout_waits_for_the_running_command(tmp_path: Path) -> None:
     # asyncio.timeout cancels the call; TimeoutError comes once the command is done.
-    tool = AsyncMemoryTool(tmp_path)
+    tool = AsyncMemoryTool(tmp_path, allow_local=True)
     original = tool.handler.execute
     release = threading.Event()
 

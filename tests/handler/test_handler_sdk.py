@@ -57,11 +57,18 @@ PREFS = "# Preferences\n- name: Ada\n- drinks: coffee, black\n- editor: helix\n"
 
 def run_session(root: Path, turns: list[list[dict[str, Any]]],
                 *, stream: bool = False) -> tuple[StubMessagesServer, str]:
-    """One conversation: a fresh stub, client and runner; returns the stub and the final text."""
+    """One conversation: a fresh stub, client and runner; returns the stub and the final text.
+    A root that is not on a memfs mount is allowed explicitly (allow_local=True)."""
+    from memfs.mountinfo import mount_holding
+    from memfs.protocol import FSTYPE
+
+    entry = mount_holding(root)
+    local = entry is None or entry.fstype != FSTYPE
     with StubMessagesServer(turns) as stub:
         client = anthropic.Anthropic(api_key="stub", base_url=stub.url, max_retries=0)
         runner = client.beta.messages.tool_runner(
-            model=MODEL, max_tokens=1024, tools=[MemoryTool(root)], stream=stream,
+            model=MODEL, max_tokens=1024, tools=[MemoryTool(root, allow_local=local)],
+            stream=stream,
             messages=[{"role": "user", "content": "Remember my preferences."}],
         )
         if stream:
@@ -142,7 +149,7 @@ def test_two_sessions_remember(tmp_path: Path, stream: bool) -> None:
 
 
 def test_memory_tool_is_an_sdk_memory_tool(tmp_path: Path) -> None:
-    tool = MemoryTool(tmp_path, cache_control={"type": "ephemeral"})
+    tool = MemoryTool(tmp_path, cache_control={"type": "ephemeral"}, allow_local=True)
     assert isinstance(tool, BetaAbstractMemoryTool)
     assert tool.to_dict() == {"type": "memory_20250818", "name": "memory",
                               "cache_control": {"type": "ephemeral"}}

@@ -176,7 +176,8 @@ def test_serve_jsonl_and_memory_tool_take_shared(tmp_path: Path) -> None:
     pytest.importorskip("anthropic")
     from memfs.memory.sdk import MemoryTool
 
-    tool = MemoryTool(tmp_path / "users/alice", shared={"team": tmp_path / "team"})
+    tool = MemoryTool(tmp_path / "users/alice", shared={"team": tmp_path / "team"},
+                      allow_local=True)
     assert "team rules" in tool.handler.run({"command": "view",
                                              "path": "/memories/team/handbook.md"})
     assert (tmp_path / "team/handbook.md").exists()

@@ -104,7 +104,8 @@ def expected(h: MemoryHandler, arguments: dict[str, Any]) -> Any:
 def test_lists_one_memory_tool_with_the_memory_tool_schema(tmp_path: Path) -> None:
     async def main() -> tuple[dict[str, Any], dict[str, Any]]:
         params = StdioServerParameters(command=SERVER[0], args=[*SERVER[1:], "--root",
-                                                                str(tmp_path)], env=server_env())
+                                                                str(tmp_path), "--allow-local"],
+                                       env=server_env())
         async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
             init = wire(await s.initialize())
             return init, wire(await s.list_tools())
@@ -222,7 +223,7 @@ def test_all_six_commands_give_the_handlers_texts_on_a_mount(mnt: Path) -> None:
 
 def test_unknown_tool_is_a_tool_error(tmp_path: Path) -> None:
     async def main() -> Any:
-        async with session(tmp_path) as s:
+        async with session(tmp_path, "--allow-local") as s:
             return await call(s, {"command": "view", "path": "/memories"}, name="shell")
 
     assert anyio.run(main) == (True, [{"type": "text", "text": "Unknown tool `shell`: this "
@@ -321,8 +322,9 @@ def free_port() -> int:
 def test_streamable_http_on_loopback(tmp_path: Path) -> None:
     port = free_port()
     token_file = tmp_path / "mcp-token"
-    proc = subprocess.Popen([*SERVER, "--root", str(tmp_path), "--transport", "http", "--port",
-                             str(port), "--token-file", str(token_file)], env=server_env(),
+    proc = subprocess.Popen([*SERVER, "--root", str(tmp_path), "--allow-local", "--transport",
+                             "http", "--port", str(port), "--token-file", str(token_file)],
+                            env=server_env(),
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
@@ -389,13 +391,26 @@ def test_main_refuses_an_unusable_root(tmp_path: Path, capsys: pytest.CaptureFix
     assert mcp_server.main(["--root", str(missing)]) == 2
     assert capsys.readouterr().err == (
         f"memfs mcp: memory root '{missing}' is not a directory\n")
-    assert mcp_server.main(["--root", str(tmp_path), "--agent-id", "bad\nid"]) == 2
+    assert mcp_server.main(["--root", str(tmp_path), "--allow-local", "--agent-id",
+                            "bad\nid"]) == 2
     assert capsys.readouterr().err.startswith("memfs mcp: agent_id must be")
     with pytest.raises(SystemExit) as info:
         mcp_server.main(["--root", str(tmp_path), "--transport", "carrier-pigeon"])
     assert info.value.code == 2
     with pytest.raises(SystemExit):
         mcp_server.main([])  # --root is required
+
+
+def test_a_root_not_on_a_memfs_mount_is_refused_unless_allowed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue #31: an MCP server started before its mount came up must not serve local disk."""
+    assert mcp_server.main(["--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        f"memfs mcp: memory root {tmp_path} is not on a memfs mount (it is on a ")
+    assert err.endswith("mount it first (memfs mount), or pass --allow-local to use it as it "
+                        "is\n")
+    assert os.listdir(tmp_path) == []
 
 
 def test_options_reach_the_handler(mnt: Path, s3: Any) -> None:
@@ -428,7 +443,7 @@ def test_shared_areas_are_read_only_over_mcp(tmp_path: Path) -> None:
     (team / "rules.md").write_text("be kind\n")
 
     async def main() -> Any:
-        async with session(alice, "--shared", f"team={team}") as s:
+        async with session(alice, "--allow-local", "--shared", f"team={team}") as s:
             seen = await call(s, {"command": "view", "path": "/memories/team/rules.md"})
             write = await call(s, {"command": "create", "path": "/memories/team/x.md",
                                    "file_text": "no"})

@@ -49,7 +49,9 @@ def curl(*argv: str, user: str = "root", auth: str | None = None) -> str:
 
 
 def start(*argv: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([*SERVER, "--transport", "http", *argv], env=server_env(),
+    # The root is a local directory: said explicitly (--allow-local).
+    return subprocess.Popen([*SERVER, "--transport", "http", "--allow-local", *argv],
+                            env=server_env(),
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -117,14 +119,16 @@ def test_a_unix_socket_admits_only_its_user(memories: Path) -> None:
 
 def test_no_auth_is_refused_off_loopback_and_a_shared_token_file_is_refused(
         memories: Path) -> None:
-    out = subprocess.run([*SERVER, "--root", str(memories / "root"), "--transport", "http",
+    out = subprocess.run([*SERVER, "--root", str(memories / "root"), "--allow-local",
+                          "--transport", "http",
                           "--host", "0.0.0.0", "--no-auth"], env=server_env(),
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "refusing --no-auth on 0.0.0.0" in out.stderr
     shared = memories / "token"
     shared.write_text("a-token-others-can-read-0123456789\n")
     os.chmod(shared, 0o644)
-    out = subprocess.run([*SERVER, "--root", str(memories / "root"), "--transport", "http",
+    out = subprocess.run([*SERVER, "--root", str(memories / "root"), "--allow-local",
+                          "--transport", "http",
                           "--port", str(free_port()), "--token-file", str(shared)],
                          env=server_env(), capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and f"refusing the token file {shared}" in out.stderr

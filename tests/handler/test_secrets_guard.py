@@ -148,7 +148,7 @@ def test_memory_tool_passes_the_flag(tmp_path: Path) -> None:
 
     from memfs.memory.sdk import MemoryTool
 
-    tool = MemoryTool(tmp_path, secrets_guard=True)
+    tool = MemoryTool(tmp_path, secrets_guard=True, allow_local=True)
     with pytest.raises(ToolError, match="Slack token on line 1"):
         tool.call({"command": "create", "path": "/memories/a.md", "file_text": SLACK})
     assert not (tmp_path / "a.md").exists()
@@ -166,7 +166,8 @@ def test_serve_jsonl_with_the_guard(tmp_path: Path) -> None:
 def test_memfs_handle_secrets_guard_flag(tmp_path: Path) -> None:
     """`memfs handle --secrets-guard` (needs memfs/cli.py to pass the flag on)."""
     line = json.dumps({"command": "create", "path": "/memories/a.md", "file_text": GH})
-    result = subprocess.run([*memfs_cmd(), "handle", "--root", str(tmp_path), "--secrets-guard"],
+    result = subprocess.run([*memfs_cmd(), "handle", "--root", str(tmp_path), "--secrets-guard",
+                             "--allow-local"],
                             input=line + "\n", capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["is_error"]

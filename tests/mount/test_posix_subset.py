@@ -5,12 +5,18 @@ tests/support/posix_run.py (``scripts/posix``) builds pjdfstest from ``../shared
 subtests strictly (``not ok # TODO`` fails). Here only groups that finish in seconds run, and each
 must pass at least as many subtests as memfs passed when the floor was measured: a fix raises
 the count (then raise the floor), a regression fails. The daemon must not log a Traceback it
-did not log then. Nothing here skips: no root, no /dev/fuse, no pjdfstest source, no compiler,
-or a mount that does not come up, all fail.
+did not log then.
+
+The one skip: a fresh clone has no ``../shared/pjdfstest`` (it is not part of the repository),
+so without the source the test skips and says where to put it. Under ``CI=true`` (where the
+source is provided) a missing source fails like everything else does here: no root, no
+/dev/fuse, no compiler, or a mount that does not come up.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -34,8 +40,28 @@ FLOORS = {
 KNOWN_TRACEBACKS: dict[str, int] = {}
 
 
+def require_source(src: Path, env: Mapping[str, str] = os.environ) -> None:
+    """Skip (naming the path and $PJDFSTEST_SRC) when there is no pjdfstest source, except in
+    CI, where it fails."""
+    if (src / "tests").is_dir():
+        return
+    why = (f"no pjdfstest source at {src}: clone https://github.com/pjd/pjdfstest there or set "
+           "PJDFSTEST_SRC")
+    if env.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{why} (CI=true: the source must be present)")
+    pytest.skip(why)
+
+
+def test_a_missing_source_skips_with_the_reason_and_fails_in_ci(tmp_path: Path) -> None:
+    with pytest.raises(pytest.skip.Exception, match=r"no pjdfstest source at .*PJDFSTEST_SRC"):
+        require_source(tmp_path / "absent", {})
+    with pytest.raises(pytest.fail.Exception, match="CI=true: the source must be present"):
+        require_source(tmp_path / "absent", {"CI": "true"})
+
+
 @pytest.mark.timeout(600)
 def test_pjdfstest_subset_does_not_regress(tmp_path: Path) -> None:
+    require_source(posix_run.default_src())
     results = posix_run.run_suite(list(FLOORS), ["memfs"], tmp_path, timeout=120)
     report = posix_run.table(results, ["memfs"])
     problems = []

@@ -23,6 +23,7 @@ from memfs.ops import gc, install
 from memfs.ops.locate import Target
 from memfs.s3.bucket import Bucket
 from tests.conftest import BUCKET, memfs_cmd
+from tests.support.systemd_helpers import verify_env
 from tests.system.test_systemd import unit_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -314,6 +315,6 @@ def test_gc_units_share_the_mount_env_file_and_verify(tmp_path: Path) -> None:
     (tmp_path / "memfs-gc@test.timer").write_text(GC_TIMER.read_text())
     result = subprocess.run(["systemd-analyze", "verify", "memfs-gc@test.timer",
                              "memfs-gc@test.service"], capture_output=True, text=True,
-                            cwd=tmp_path)
+                            cwd=tmp_path, env=verify_env(tmp_path / "man"))
     assert result.stderr == "", result.stderr
     assert result.returncode == 0, result.stdout

@@ -343,6 +343,10 @@ def test_order_within_one_second() -> None:
 
 def test_default_restore_choice() -> None:
     cur, dm, old = _v("v3", 5, latest=True), _v("d", 4, True), _v("v1", 1)
-    assert history.pick_version([cur, dm, old], None, "x").version_id == "v1"
-    assert history.pick_version([dm, old], None, "x").version_id == "v1"
-    assert history.pick_version([cur, old], "v3", "x").version_id == "v3"
+
+    def never_same(a: Version, b: Version) -> bool:
+        return False
+
+    assert history.pick_version([cur, dm, old], None, "x", never_same)[0].version_id == "v1"
+    assert history.pick_version([dm, old], None, "x", never_same)[0].version_id == "v1"
+    assert history.pick_version([cur, old], "v3", "x", never_same)[0].version_id == "v3"

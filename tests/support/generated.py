@@ -13,6 +13,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 MAN_PAGE = REPO / "docs" / "memfs.1"
+#: The man page's sections that no parser holds (FILES, ENVIRONMENT, EXIT STATUS, EXAMPLES, SEE
+#: ALSO), in argparse-manpage's include format: ``[SECTION]`` lines, then roff.
+MAN_INCLUDE = REPO / "docs" / "memfs.1.include"
 COMPLETIONS = REPO / "memfs" / "completion"
 #: Fixed, so that regenerating on another day changes nothing (bump it with the version).
 MAN_DATE = "2026-12"
@@ -36,7 +39,8 @@ def render() -> dict[Path, str]:
     page = Manpage(parser, _data={
         "project_name": "memfs", "version": memfs.__version__, "date": MAN_DATE,
         "manual_title": "memfs manual",
-        "description": "persistent, shared, inspectable memory for Claude agents on S3"})
+        "description": "persistent, shared, inspectable memory for Claude agents on S3",
+        "include": str(MAN_INCLUDE)})
     files[MAN_PAGE] = str(page)
     return files
 

@@ -152,6 +152,16 @@ class NotifyListener:
                 self._cond.wait(min(left, 0.1))
 
 
+def verify_env(workdir: Path) -> dict[str, str]:
+    """The environment for ``systemd-analyze verify``: it runs ``man memfs(1)`` for the units'
+    ``Documentation=``, so MANPATH holds this checkout's page as an install puts it
+    (share/man/man1/memfs.1)."""
+    man1 = workdir / "man" / "man1"
+    man1.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "docs" / "memfs.1", man1 / "memfs.1")
+    return {**os.environ, "MANPATH": str(workdir / "man")}
+
+
 def mount_entries(mountinfo: Path | str = "/proc/self/mountinfo") -> list[tuple[str, str]]:
     """``(mount point, fs type)`` for each line of a mountinfo file."""
     out = []

@@ -7,6 +7,7 @@ systemd are in ``test_systemd_container.py``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -20,7 +21,7 @@ import pytest
 from memfs.cli import install as install_cli
 from memfs.ops import install
 from tests.conftest import BUCKET, is_mounted
-from tests.support.systemd_helpers import REPO, NotifyListener, mount_entries
+from tests.support.systemd_helpers import REPO, NotifyListener, mount_entries, verify_env
 
 UNIT = REPO / "systemd" / "memfs@.service"
 ENV_EXAMPLE = REPO / "systemd" / "memfs.env.example"
@@ -56,7 +57,8 @@ def test_unit_has_the_contracted_settings() -> None:
     assert s["EnvironmentFile"] == ["/etc/memfs/%i.env"]
     assert s["Restart"] == ["on-failure"]
     assert s["ExecStart"] == [f"{install.TEMPLATE_BINARY} mount --foreground ${{MEMFS_MOUNTPOINT}}"]
-    assert s["ExecStopPost"] == ["-fusermount3 -u -z ${MEMFS_MOUNTPOINT}"]
+    assert s["ExecStopPost"] == [f"-{install.TEMPLATE_BINARY} umount --lazy ${{MEMFS_MOUNTPOINT}}"]
+    assert s["Documentation"] == ["man:memfs(1)"]
     assert s["DeviceAllow"] == ["/dev/fuse rw"]
     assert s["StandardOutput"] == ["journal"]
     assert s["StandardError"] == ["journal"]
@@ -83,7 +85,8 @@ def test_installed_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
         instance = unit_dir / f"{template}test.service"
         instance.write_text(text)
         result = subprocess.run(["systemd-analyze", "verify", str(instance)],
-                                capture_output=True, text=True, cwd=unit_dir)
+                                capture_output=True, text=True, cwd=unit_dir,
+                                env=verify_env(tmp_path))
         # Parse problems ("Unknown key", "not executable") go to stderr with exit status 0.
         assert result.stderr == "", result.stderr
         assert result.returncode == 0, result.stdout
@@ -137,6 +140,37 @@ def test_installer_writes_unit_and_private_env_file(tmp_path: Path) -> None:
                          capture_output=True, text=True, check=True).stdout
     assert out == "agents/a b/"
     assert (tmp_path / "u" / "memfs@.service").stat().st_mode & 0o777 == 0o644
+
+
+def test_installer_honours_every_directory_it_is_given(tmp_path: Path) -> None:
+    """--env-dir D writes D/NAME.env and the units read it from D; --unit-dir holds the units;
+    every memfs command in them (ExecStart, ExecStopPost) is the installer's memfs."""
+    env_dir = tmp_path / "etc" / "memfs-here"
+    assert install_cli.main([
+        "--instance", "alice", "--bucket", "b", "--mountpoint", "/m", "--unit-dir",
+        str(tmp_path / "u"), "--env-dir", str(env_dir), "--memfs-bin", "/opt/m/bin/memfs",
+        "--no-reload"]) == 0
+    assert (env_dir / "alice.env").is_file()
+    for name in ("memfs@.service", "memfs-gc@.service"):
+        s = unit_settings((tmp_path / "u" / name).read_text())
+        assert s["EnvironmentFile"] == [f"{env_dir}/%i.env"], name
+        for key in ("ExecStart", "ExecStopPost"):
+            for line in s.get(key, []):
+                assert line.lstrip("-").startswith("/opt/m/bin/memfs "), (name, line)
+                assert install.TEMPLATE_BINARY not in line
+
+
+def test_unit_comments_name_what_exists() -> None:
+    """The comments' modules and test files exist; Documentation= is memfs's own man page."""
+    for unit in sorted((REPO / "systemd").iterdir()):
+        text = unit.read_text()
+        for path in re.findall(r"\b((?:memfs|tests|systemd|docs)/[\w/.*@-]+\.(?:py|md|service))",
+                               text):
+            assert list(REPO.glob(path)), f"{unit.name} names {path}, which does not exist"
+        for module in re.findall(r"python -m ([\w.]+)", text):
+            assert importlib.util.find_spec(module), f"{unit.name} names module {module}"
+        for doc in re.findall(r"^Documentation=(.*)$", text, re.M):
+            assert doc == "man:memfs(1)", (unit.name, doc)
 
 
 def test_installer_keeps_an_existing_env_file(tmp_path: Path, capsys) -> None:

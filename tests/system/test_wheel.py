@@ -93,3 +93,40 @@ def test_installed_into_a_fresh_venv_it_works_outside_the_checkout(wheel: Path, 
     finally:
         run(memfs, "umount", mp, cwd=tmp_path)
     assert s3.get_object(Bucket=BUCKET, Key="ops/a.md")["Body"].read() == b"from the wheel\n"
+
+
+def test_scripts_install_puts_memfs_its_man_page_and_units_in_place(wheel: Path,
+                                                                    tmp_path: Path) -> None:
+    """The documented install (README, DEPLOY): scripts/install from a built wheel, every place
+    given, run from outside the checkout; then what an operator without extras sees."""
+    places = {"--prefix": tmp_path / "opt", "--bin-dir": tmp_path / "bin",
+              "--man-dir": tmp_path / "man" / "man1", "--unit-dir": tmp_path / "units",
+              "--completion-dir": tmp_path / "completion"}
+    out = run(REPO / "scripts" / "install", "--from", wheel, "--no-apt",
+              *[str(x) for kv in places.items() for x in kv], cwd=tmp_path)
+    assert f"installed memfs {VERSION} in {tmp_path / 'opt'}" in out.stdout
+    memfs = tmp_path / "bin" / "memfs"
+    assert memfs.resolve() == (tmp_path / "opt" / "bin" / "memfs").resolve()
+    assert run(memfs, "--version", cwd=tmp_path).stdout == f"memfs {VERSION}\n"
+    man = subprocess.run(["man", "-w", "memfs"], capture_output=True, text=True,
+                         env={"MANPATH": str(tmp_path / "man"), "PATH": "/usr/bin:/bin"})
+    assert man.stdout.strip() == str(tmp_path / "man" / "man1" / "memfs.1"), man.stderr
+    unit = (tmp_path / "units" / "memfs@.service").read_text()
+    assert f"ExecStart={tmp_path / 'opt' / 'bin' / 'memfs'} mount" in unit
+    assert "_shtab_memfs" in (tmp_path / "completion" / "memfs").read_text()
+    # Again: an upgrade in place, not an error.
+    run(REPO / "scripts" / "install", "--from", wheel, "--no-apt",
+        *[str(x) for kv in places.items() for x in kv], cwd=tmp_path)
+
+    # Without extras: one line with the pip install command, never a traceback.
+    python = tmp_path / "opt" / "bin" / "python"
+    for code, extra in (("from memfs.handler import MemoryTool", "anthropic"),
+                        ("from memfs.memory.async_tool import AsyncMemoryTool", "anthropic")):
+        r = run(python, "-c", code, cwd=tmp_path, check=False)
+        assert r.returncode == 1
+        assert r.stderr.splitlines()[-1].endswith(f"pip install 'memfs-s3[{extra}]'"), r.stderr
+    r = run(memfs, "demo", cwd=tmp_path, check=False)
+    assert (r.returncode, r.stderr) == (1, "memfs demo needs the anthropic package, which is "
+                                        "not installed: pip install 'memfs-s3[anthropic]'\n")
+    r = run(memfs, "handle", "--root", tmp_path, cwd=tmp_path, check=False)
+    assert r.returncode == 2 and "is not on a memfs mount" in r.stderr
