@@ -416,7 +416,8 @@ CONVERSATIONS = 32
 SHARED = "/memories/team/shared.md"
 MAX_ATTEMPTS = 60
 LOST_RACE = re.compile(r"^Could not save (\S+): the (file was changed concurrently by another "
-                       r"writer \(ESTALE\)|storage backend failed or the file was changed "
+                       r"writer(, and .+, so the command no longer means what it did)? "
+                       r"\(ESTALE\)|storage backend failed or the file was changed "
                        r"concurrently \(EIO\))\. The command was not applied; view \1 again and "
                        r"retry\.$")
 
