@@ -29,6 +29,7 @@ from memfs.cli.completion import DIRECTORY, complete_as
 from memfs.cli.text import table
 from memfs.mountinfo import mount_entries
 from memfs.protocol import FSTYPE, XATTR_SOURCE, XATTR_STATS
+from memfs.s3.endpoint import Capabilities
 
 
 def register(sub: Any) -> None:
@@ -179,7 +180,19 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
             for st in statuses]
         ctx.say(table(["MOUNTPOINT", "SOURCE", "PID", "UP", "OPEN", "PENDING", "CONFLICTS",
                        "CACHE HITS", "S3 REQUESTS", "S3 ERRORS"], rows, right=range(2, 10)))
+        for st in statuses:  # what the endpoint does not enforce, and what memfs does instead
+            for line in endpoint_notes(st):
+                ctx.say(f"{st['mountpoint']}: endpoint: {line}")
     return 0
+
+
+def endpoint_notes(st: dict[str, Any]) -> list[str]:
+    """The mount's findings about its endpoint (``memfs.s3.endpoint``), one line each."""
+    found = st.get("endpoint") or {}
+    try:
+        return Capabilities(**found).summary() if found else []
+    except TypeError:  # a daemon of another version: its keys differ
+        return []
 
 
 def _errors(st: dict[str, Any]) -> int:

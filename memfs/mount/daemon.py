@@ -34,6 +34,7 @@ from memfs.mountinfo import is_mountpoint
 from memfs.s3 import transfer
 from memfs.s3.client import make_client
 from memfs.s3.direct import make_direct_requests
+from memfs.s3.endpoint import probe_endpoint
 from memfs.s3.errors import ClientSetupError, StoreError
 from memfs.s3.store import Store
 
@@ -149,16 +150,26 @@ def _report_warning(message: str) -> None:
             os.write(int(fd), f"WARN {message}\n".encode())
 
 
-def check_conditional_writes(store: Store, config: MountConfig) -> None:
-    """Warn when the endpoint ignores ``If-Match``: memfs's promise that no writer silently
-    loses an update rests on it (a read-only mount writes nothing and does not ask)."""
-    if config.read_only or store.enforces_conditional_writes() is not False:
+def learn_endpoint(store: Store, config: MountConfig) -> None:
+    """Find out what the endpoint enforces (``memfs.s3.endpoint``), log it, have the store send
+    what works, and warn when a promise cannot be kept there: no writer silently loses an
+    update rests on ``If-Match``. A read-only mount writes nothing and does not ask."""
+    if config.read_only:
         return
+    caps = probe_endpoint(store)
+    store.use_capabilities(caps)
     endpoint = endpoint_name(config)
-    _report_warning(f"the S3 endpoint {endpoint} does not enforce conditional writes "
-                    "(If-Match): two writers can overwrite each other's changes without an "
-                    "error or a conflict copy; use an endpoint that enforces them (AWS S3, "
-                    "MinIO, Ceph RGW)")
+    for line in caps.summary():
+        log.info("S3 endpoint %s: %s", endpoint, line)
+    if caps.if_match == "ignored":
+        _report_warning(f"the S3 endpoint {endpoint} does not enforce conditional writes "
+                        "(If-Match): two writers can overwrite each other's changes without an "
+                        "error or a conflict copy; use an endpoint that enforces them (AWS S3, "
+                        "MinIO, Ceph RGW)")
+    elif not caps.conditional_multipart:
+        _report_warning(f"the S3 endpoint {endpoint} does not condition multipart uploads: "
+                        "each file is written with one conditional PUT, so files over 5 GiB "
+                        "cannot be written (EFBIG)")
 
 
 def run(config: MountConfig) -> int:
@@ -189,7 +200,7 @@ def run(config: MountConfig) -> int:
     except MountError as exc:
         _report_ready(f"ERROR {exc}")
         raise
-    check_conditional_writes(store, config)
+    learn_endpoint(store, config)
 
     try:
         fs = MemFS(store, config)

@@ -63,6 +63,7 @@ class Transactions(DataPath):
                       "misses": self.counters["cache_misses"]},
             "content_cache": self.content.stats(),
             "s3": store_stats.snapshot() if store_stats is not None else {},
+            "endpoint": self.store.caps.as_dict() if hasattr(self.store, "caps") else {},
             "fuse_ops": dict(sorted(self.ops.items())),
         }
 

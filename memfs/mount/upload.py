@@ -311,8 +311,10 @@ class Upload(Namespace):
                 of.upload_failed = True
                 raise
             current = await self._current(path)
+            single = transfer.single_put_limit(self.store, self.config.part_size,
+                                               conditional=True)
             if isinstance(current, ObjectInfo) and current.etag.strip('"') == await self._run(
-                    body.size, transfer.expected_etag, body, self.config.part_size):
+                    body.size, transfer.expected_etag, body, single, self.config.part_size):
                 # Our own upload landed but its answer was lost, and botocore's retry then
                 # failed its precondition against our own new version: that is a success.
                 etag = current.etag
@@ -346,14 +348,12 @@ class Upload(Namespace):
 
     async def _send(self, path: str, body: Blob, metadata: dict[str, str], *,
                     if_match: str | None, if_none_match: bool) -> str:
-        """Write ``body`` as the object at ``path``: one PUT up to the part size (its bytes in
-        memory once, read in the worker thread), else a multipart upload. Returns the new
+        """Write ``body`` as the object at ``path`` (``transfer.upload``: one PUT up to the part
+        size, its bytes in memory once, read in the worker thread; else parts, or one streamed
+        PUT where the endpoint does not condition multipart completion). Returns the new
         ETag."""
-        if body.size <= self.config.part_size:
-            return await self._s3(transfer.upload_whole, self.store, path, body, metadata,
-                                  if_match=if_match, if_none_match=if_none_match)
         return await self._s3(
-            transfer.upload_multipart, self.store, path, body, metadata,
+            transfer.upload, self.store, path, body, metadata,
             part_size=self.config.part_size, workers=PART_WORKERS,
             journal=self.content.uploads, if_match=if_match, if_none_match=if_none_match)
 

@@ -26,6 +26,7 @@ class RequestStats:
         self._lock = threading.Lock()
         self.requests: Counter[tuple[str, str]] = Counter()  # (operation, outcome) -> n
         self.retries = 0
+        self.probe = 0  # the endpoint probe's requests at mount, apart from the workload's
 
     def attach(self, client: Any) -> None:
         events = client.meta.events
@@ -64,10 +65,13 @@ class RequestStats:
                detail: object) -> None:
         """Count one call (and log its line at debug level); also for requests sent beside
         boto3 (``memfs.s3.direct``)."""
-        if outcome == "4xx" and WRITE_PROBE in key:
-            outcome = "ok"  # the mount-time write probe must be refused: that is its success
         with self._lock:
-            self.requests[op, outcome] += 1
+            if WRITE_PROBE in key:
+                # The mount-time endpoint probe (memfs.s3.endpoint): refusals are its answers,
+                # and its requests are counted apart, so that the counts are the workload's.
+                self.probe += 1
+            else:
+                self.requests[op, outcome] += 1
             self.retries += retries
         if log.isEnabledFor(logging.DEBUG):
             ms = (time.monotonic() - started) * 1000 if started else 0.0
@@ -75,10 +79,10 @@ class RequestStats:
                       ms)
 
     def snapshot(self) -> dict[str, Any]:
-        """{"requests": {operation: {outcome: n}}, "total": n, "retries": n}."""
+        """{"requests": {operation: {outcome: n}}, "total": n, "retries": n, "probe": n}."""
         with self._lock:
             by_op: dict[str, dict[str, int]] = {}
             for (op, outcome), n in sorted(self.requests.items()):
                 by_op.setdefault(op, {})[outcome] = n
             return {"requests": by_op, "total": sum(self.requests.values()),
-                    "retries": self.retries}
+                    "retries": self.retries, "probe": self.probe}

@@ -17,8 +17,8 @@ timeouts), so an endpoint that is down becomes EIO after a bounded time instead 
 from __future__ import annotations
 
 import errno
+import io
 import logging
-import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,8 +26,8 @@ from typing import Any
 
 import botocore.exceptions
 
-from memfs.protocol import WRITE_PROBE
 from memfs.s3.direct import DirectRequests, sendable
+from memfs.s3.endpoint import COPY_IF_MATCH, LEGACY_COPY_IF_MATCH, Capabilities, normal_etag
 from memfs.s3.errors import NotModified, StoreError, translate, translate_conditional
 from memfs.s3.objectmeta import ObjectInfo, info_from_metadata
 from memfs.s3.stats import RequestStats
@@ -57,7 +57,7 @@ class Listing:
 
 
 def _info_from_head(resp: dict, key: str) -> ObjectInfo:
-    return info_from_metadata(int(resp.get("ContentLength", 0)), resp["ETag"],
+    return info_from_metadata(int(resp.get("ContentLength", 0)), normal_etag(resp["ETag"]),
                               resp["LastModified"].timestamp(), resp.get("Metadata") or {}, key)
 
 
@@ -78,6 +78,20 @@ class Store:
         # would give up on them. Set with `use_for_slow_requests`.
         self.slow_client: Any = client
         self.direct: DirectRequests | None = None
+        #: What the endpoint enforces (`memfs.s3.endpoint.probe_endpoint`); AWS's behaviour
+        #: until `use_capabilities` says otherwise.
+        self.caps = Capabilities()
+
+    def use_capabilities(self, caps: Capabilities) -> None:
+        """Send conditions as the endpoint reads them (found by `probe_endpoint` at mount)."""
+        self.caps = caps
+        if caps.copy_condition == LEGACY_COPY_IF_MATCH:
+            # boto3 names the copy's source condition only by its standard header; an endpoint
+            # that reads the legacy name alone (Ceph RGW 16.2) gets it under that name too.
+            for client in {id(self.client): self.client,
+                           id(self.slow_client): self.slow_client}.values():
+                client.meta.events.register("before-sign.s3.CopyObject", _legacy_copy_header,
+                                            unique_id="memfs-legacy-copy-if-match")
 
     def use_for_slow_requests(self, client: Any) -> None:
         self.slow_client = client
@@ -105,27 +119,6 @@ class Store:
         except Exception as exc:
             raise translate(exc, "LIST", f"s3://{self.bucket}/{self.prefix}") from exc
 
-    def enforces_conditional_writes(self) -> bool | None:
-        """Whether the endpoint honours ``If-Match`` on PUT, which every memfs upload relies on
-        to never silently overwrite another writer's version. One PUT that must fail: an
-        ``If-Match`` no object can satisfy, on a key that does not exist. AWS S3 (since 2024),
-        MinIO and moto answer 404/412 and store nothing; a server that ignores the condition
-        stores an empty object, removed again with one DELETE. A refusal for another reason (a
-        policy without PutObject, an unreachable endpoint) tells nothing: None."""
-        path = WRITE_PROBE + secrets.token_hex(8)
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=self.key(path), Body=b"",
-                                   IfMatch='"' + "0" * 32 + '"')
-        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError,
-                OSError) as exc:
-            refused = translate(exc, "PUT", self.key(path)).errno in (errno.ENOENT, errno.ESTALE)
-            return True if refused else None  # only "no such version" is the expected answer
-        try:
-            self.delete(path)
-        except StoreError as exc:
-            log.warning("could not remove the write probe: %s", exc.strerror)
-        return False
-
     def head(self, path: str, *, directory: bool = False) -> ObjectInfo | None:
         """The object's attributes, or None if it does not exist (``directory``: its marker)."""
         key = self.dir_key(path) if directory else self.key(path)
@@ -141,7 +134,7 @@ class Store:
     def get(self, path: str, if_none_match: str | None = None) -> tuple[bytes, ObjectInfo]:
         """The object's bytes and attributes; NotModified if ``if_none_match`` is still current."""
         key = self.key(path)
-        kwargs = {"IfNoneMatch": if_none_match} if if_none_match else {}
+        kwargs = {"IfNoneMatch": self.caps.condition_etag(if_none_match)} if if_none_match else {}
         try:
             resp = self.client.get_object(Bucket=self.bucket, Key=key, **kwargs)
             data = resp["Body"].read()
@@ -173,7 +166,7 @@ class Store:
                         continue
                     listing.files[name] = ObjectInfo(
                         size=int(obj["Size"]),
-                        etag=obj["ETag"],
+                        etag=normal_etag(obj["ETag"]),
                         mtime=obj["LastModified"].timestamp(),
                     )
         except Exception as exc:
@@ -221,7 +214,7 @@ class Store:
                     tree[where].has_marker = True
                 elif _valid_name(leaf) and not leaf.endswith("_$folder$"):
                     tree[where].files[leaf] = ObjectInfo(
-                        size=int(obj["Size"]), etag=obj["ETag"],
+                        size=int(obj["Size"]), etag=normal_etag(obj["ETag"]),
                         mtime=obj["LastModified"].timestamp())
         for where, listing in tree.items():
             _prefer_directories(listing, f"{prefix}{where}/" if where else prefix)
@@ -235,7 +228,7 @@ class Store:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
                 for obj in page.get("Contents", ()):
                     yield obj["Key"][len(prefix):], ObjectInfo(
-                        size=int(obj["Size"]), etag=obj["ETag"],
+                        size=int(obj["Size"]), etag=normal_etag(obj["ETag"]),
                         mtime=obj["LastModified"].timestamp())
         except Exception as exc:
             raise translate(exc, "LIST", prefix) from exc
@@ -270,7 +263,7 @@ class Store:
             contents = resp.get("Contents", ())
             for obj in contents:
                 if obj["Key"] == key:
-                    found = ObjectInfo(size=int(obj["Size"]), etag=obj["ETag"],
+                    found = ObjectInfo(size=int(obj["Size"]), etag=normal_etag(obj["ETag"]),
                                        mtime=obj["LastModified"].timestamp())
             seen = [obj["Key"] for obj in contents] + prefixes
             if not resp.get("IsTruncated") or (seen and max(seen) > past):
@@ -308,7 +301,7 @@ class Store:
         key = self.dir_key(path) if directory else self.key(path)
         condition: dict[str, str] = {}
         if if_match:
-            condition["If-Match"] = if_match
+            condition["If-Match"] = self.caps.condition_etag(if_match)
         elif if_none_match:
             condition["If-None-Match"] = "*"
         try:
@@ -323,7 +316,23 @@ class Store:
                 )["ETag"]
         except Exception as exc:
             raise (translate_conditional if if_match else translate)(exc, "PUT", key) from exc
-        return info_from_metadata(len(data), etag, time.time(), metadata, key)
+        return info_from_metadata(len(data), normal_etag(etag), time.time(), metadata, key)
+
+    def put_stream(self, path: str, body: io.RawIOBase, size: int, metadata: dict[str, str], *,
+                   if_match: str | None, if_none_match: bool) -> str:
+        """Write a whole object of ``size`` bytes read from ``body`` (seekable: botocore reads it
+        once to sign and again to send), conditionally as `put`; returns the new ETag. On the
+        client for slow requests: one PUT of gigabytes takes a while to be answered."""
+        key = self.key(path)
+        condition = {"IfMatch": self.caps.condition_etag(if_match)} if if_match else (
+            {"IfNoneMatch": "*"} if if_none_match else {})
+        try:
+            resp = self.slow_client.put_object(
+                Bucket=self.bucket, Key=key, Body=body, ContentLength=size, Metadata=metadata,
+                ContentType="application/octet-stream", **condition)
+        except Exception as exc:
+            raise (translate_conditional if if_match else translate)(exc, "PUT", key) from exc
+        return normal_etag(resp["ETag"])
 
     def copy(
         self,
@@ -348,20 +357,21 @@ class Store:
                     headers["x-amz-metadata-directive"] = "REPLACE"
                     headers.update({f"x-amz-meta-{k}": v for k, v in metadata.items()})
                 if src_etag:
-                    headers["x-amz-copy-source-if-match"] = src_etag
-                return self.direct.copy(self.bucket, src_key, dst_key, headers)
+                    headers[self.caps.copy_condition or COPY_IF_MATCH] = \
+                        self.caps.condition_etag(src_etag)
+                return normal_etag(self.direct.copy(self.bucket, src_key, dst_key, headers))
             kwargs: dict = {}
             if metadata is not None:
                 kwargs["Metadata"] = metadata
                 kwargs["MetadataDirective"] = "REPLACE"
             if src_etag:
-                kwargs["CopySourceIfMatch"] = src_etag
+                kwargs["CopySourceIfMatch"] = self.caps.condition_etag(src_etag)
             resp = self.client.copy_object(
                 Bucket=self.bucket, Key=dst_key,
                 CopySource={"Bucket": self.bucket, "Key": src_key}, **kwargs)
         except Exception as exc:
             raise translate(exc, "COPY", f"{src_key} -> {dst_key}") from exc
-        return resp["CopyObjectResult"]["ETag"]
+        return normal_etag(resp["CopyObjectResult"]["ETag"])
 
     def delete(self, path: str, *, directory: bool = False) -> None:
         key = self.dir_key(path) if directory else self.key(path)
@@ -386,6 +396,13 @@ class Store:
                 first = resp["Errors"][0]
                 raise StoreError(errno.EIO, f"DELETE {first.get('Key')}: {first.get('Code')} "
                                  f"{first.get('Message')}", str(first.get("Code")))
+
+
+def _legacy_copy_header(request: Any, **_: Any) -> None:
+    """The copy's source condition under its legacy name as well (see `use_capabilities`)."""
+    value = request.headers.get(COPY_IF_MATCH)
+    if value is not None:
+        request.headers[LEGACY_COPY_IF_MATCH] = value
 
 
 def _prefer_directories(listing: Listing, prefix: str) -> None:

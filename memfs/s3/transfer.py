@@ -5,8 +5,14 @@ is read in ranges — each ranged GET conditional on the version the blob holds 
 bytes of two versions are never mixed — and written as a multipart upload whose parts are read
 from the blob one at a time per worker (memory stays at ``workers × part_size``, whatever the file
 size). The completion carries the same condition a whole PUT would: ``If-Match`` on the version
-the bytes derive from, or ``If-None-Match: *`` for a new file. AWS S3 enforces both on
-CompleteMultipartUpload; moto 5.2.5 only the latter (docs/SEMANTICS.md).
+the bytes derive from, or ``If-None-Match: *`` for a new file.
+
+Not every endpoint conditions the completion (Ceph RGW 16.2 ignores both; moto 5.2.5 If-Match;
+`memfs.s3.endpoint` finds out at mount). There a conditional write of a big file goes as one
+PutObject streamed from the blob (`upload_streamed`: memory stays at a buffer, S3 takes up to
+5 GiB in one PUT), since only a PUT's condition is enforced; a bigger file is refused (EFBIG)
+rather than written where a concurrent writer could silently undo it. A completion that answers
+without an ETag (Ceph) is followed by a HEAD.
 
 An upload that fails is aborted. One that cannot be (the daemon was killed) is recorded in the
 cache's ``uploads/`` directory before its first part, and the next mount aborts every recorded
@@ -20,13 +26,16 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
 import logging
 import math
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from memfs.s3.endpoint import normal_etag
 from memfs.s3.errors import StoreError, translate, translate_conditional
 from memfs.s3.store import Store
 
@@ -50,6 +59,8 @@ class Blob(Protocol):
 MAX_PARTS = 10_000
 MIN_PART = 5 * 1024 * 1024
 MIB = 1024 * 1024
+#: The largest object one PutObject may write (S3's limit; Ceph's rgw_max_put_size default).
+MAX_SINGLE_PUT = 5 * 1024**3
 
 
 def part_size_for(size: int, part_size: int) -> int:
@@ -64,7 +75,8 @@ def fetch_range(store: Store, path: str, blob: Blob, start: int, end: int, etag:
     derive from); ESTALE if S3 holds another version now. Returns the bytes fetched."""
     key = store.key(path)
     try:
-        resp = store.client.get_object(Bucket=store.bucket, Key=key, IfMatch=etag,
+        resp = store.client.get_object(Bucket=store.bucket, Key=key,
+                                       IfMatch=store.caps.condition_etag(etag),
                                        Range=f"bytes={start}-{end - 1}")
         pos = start
         for chunk in resp["Body"].iter_chunks(MIB):
@@ -85,11 +97,38 @@ def multipart_etag(part_md5s: list[bytes]) -> str:
         f"-{len(part_md5s)}"
 
 
-def expected_etag(blob: Blob, part_size: int) -> str:
-    """The ETag S3 gives ``blob``'s bytes when memfs uploads them (one PUT up to ``part_size``,
-    else parts): reads the whole blob, to recognise an upload whose answer was lost."""
+def single_put_limit(store: Store, part_size: int, *, conditional: bool) -> int:
+    """The biggest file `upload` writes with one PUT: the part size, or S3's whole limit when
+    the write is conditional and the endpoint does not condition multipart completion."""
+    return part_size if not conditional or store.caps.conditional_multipart else MAX_SINGLE_PUT
+
+
+def upload(store: Store, path: str, blob: Blob, metadata: dict[str, str], *, part_size: int,
+           workers: int, journal: Path, if_match: str | None, if_none_match: bool) -> str:
+    """Write the whole blob as the object at ``path`` on its condition, the way the endpoint
+    can keep it (see the module docstring); returns the new ETag, ESTALE for a lost race."""
+    conditional = bool(if_match or if_none_match)
+    limit = single_put_limit(store, part_size, conditional=conditional)
     if blob.size <= part_size:
-        return hashlib.md5(blob.read_all(), usedforsecurity=False).hexdigest()
+        return upload_whole(store, path, blob, metadata, if_match=if_match,
+                            if_none_match=if_none_match)
+    if blob.size <= limit:
+        return upload_streamed(store, path, blob, metadata, if_match=if_match,
+                               if_none_match=if_none_match)
+    if conditional and not store.caps.conditional_multipart:
+        raise StoreError(errno.EFBIG, f"PUT {store.key(path)}: {blob.size} bytes; the endpoint "
+                         "does not condition multipart uploads, and one PUT takes at most "
+                         f"{MAX_SINGLE_PUT} bytes", "EntityTooLarge")
+    return upload_multipart(store, path, blob, metadata, part_size=part_size, workers=workers,
+                            journal=journal, if_match=if_match, if_none_match=if_none_match)
+
+
+def expected_etag(blob: Blob, single_limit: int, part_size: int) -> str:
+    """The ETag S3 gives ``blob``'s bytes when memfs uploads them (one PUT up to
+    ``single_limit``, else parts of ``part_size``): reads the whole blob, to recognise an
+    upload whose answer was lost."""
+    if blob.size <= single_limit:
+        return _md5_of(blob)
     part = part_size_for(blob.size, part_size)
     return multipart_etag([hashlib.md5(blob.read(off, part), usedforsecurity=False).digest()
                            for off in range(0, blob.size, part)])
@@ -100,6 +139,50 @@ def upload_whole(store: Store, path: str, blob: Blob, metadata: dict[str, str], 
     """One conditional PUT of the whole blob (up to the part size); returns the new ETag."""
     return store.put(path, blob.read_all(), metadata, if_match=if_match,
                      if_none_match=if_none_match).etag
+
+
+class BlobReader(io.RawIOBase):
+    """A blob as the seekable file boto3 streams a PutObject body from (and rewinds to retry)."""
+
+    def __init__(self, blob: Blob) -> None:
+        super().__init__()
+        self.blob = blob
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.blob.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.blob.read(self.pos, min(len(buffer), max(0, self.blob.size - self.pos)))
+        buffer[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+def _md5_of(blob: Blob) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    for off in range(0, blob.size, 8 * MIB):
+        digest.update(blob.read(off, 8 * MIB))
+    return digest.hexdigest()
+
+
+def upload_streamed(store: Store, path: str, blob: Blob, metadata: dict[str, str], *,
+                    if_match: str | None, if_none_match: bool) -> str:
+    """One conditional PutObject of the whole blob, streamed from it (never all in memory);
+    returns the new ETag."""
+    return store.put_stream(path, BlobReader(blob), blob.size, metadata, if_match=if_match,
+                            if_none_match=if_none_match)
 
 
 def upload_multipart(store: Store, path: str, blob: Blob, metadata: dict[str, str], *,
@@ -133,7 +216,7 @@ def upload_multipart(store: Store, path: str, blob: Blob, metadata: dict[str, st
         with ThreadPoolExecutor(max_workers=max(1, workers),
                                 thread_name_prefix="memfs-part") as pool:
             parts = list(pool.map(send, range(1, count + 1)))
-        condition = {"IfMatch": if_match} if if_match else (
+        condition = {"IfMatch": store.caps.condition_etag(if_match)} if if_match else (
             {"IfNoneMatch": "*"} if if_none_match else {})
         try:
             resp = store.slow_client.complete_multipart_upload(
@@ -148,7 +231,13 @@ def upload_multipart(store: Store, path: str, blob: Blob, metadata: dict[str, st
         # else the record stays: the next mount tries again
         raise
     record.unlink(missing_ok=True)
-    return str(resp["ETag"])
+    etag = normal_etag(resp.get("ETag"))
+    if not etag:  # Ceph RGW 16.2 answers the completion without the new object's ETag
+        info = store.head(path)
+        if info is None:
+            raise StoreError(errno.ESTALE, f"MPU-COMPLETE {key}: deleted by another writer")
+        etag = info.etag
+    return etag
 
 
 def _abort(store: Store, key: str, upload_id: str) -> bool:

@@ -803,7 +803,7 @@ def test_a_multipart_upload_stores_the_blob_under_the_expected_etag(
     assert obj["ETag"] == etag
     assert obj["Metadata"] == {"mode": "33188"}
     md5s = [hashlib.md5(data[o:o + 5 * MIB]).digest() for o in range(0, len(data), 5 * MIB)]
-    assert etag.strip('"') == expected_etag(blob, 5 * MIB) == multipart_etag(md5s)
+    assert etag.strip('"') == expected_etag(blob, 5 * MIB, 5 * MIB) == multipart_etag(md5s)
     assert etag.strip('"').endswith("-3")
     assert uploads(s3) == [] and list(journal.iterdir()) == []
 
@@ -811,8 +811,8 @@ def test_a_multipart_upload_stores_the_blob_under_the_expected_etag(
 def test_expected_etag_of_a_blob_up_to_one_part_is_its_md5(tmp_path: Path) -> None:
     data = pattern(5, MIB + 1000)
     blob = Blob.from_bytes(tmp_path, data)
-    assert expected_etag(blob, MIB + 1000) == hashlib.md5(data).hexdigest()
-    assert expected_etag(blob, MIB) == multipart_etag(
+    assert expected_etag(blob, MIB + 1000, MIB + 1000) == hashlib.md5(data).hexdigest()
+    assert expected_etag(blob, MIB, MIB) == multipart_etag(
         [hashlib.md5(data[:MIB]).digest(), hashlib.md5(data[MIB:]).digest()])
 
 

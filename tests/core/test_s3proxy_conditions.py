@@ -2,8 +2,8 @@
 
 moto 5.2.5 enforces ``If-None-Match`` on CompleteMultipartUpload but not ``If-Match``: a complete
 whose ``If-Match`` names an ETag the key no longer has replaces the object anyway, where AWS S3
-answers 412 PreconditionFailed (404 NoSuchKey when the key is gone). The last test pins moto's
-gap, which is why the option exists; the others show the proxy closing it.
+answers 412 PreconditionFailed (404 NoSuchKey when the key is gone). The proxy's option closes
+the gap in front of any moto; the suite's own server is also patched to close it (last test).
 """
 
 from __future__ import annotations
@@ -89,13 +89,15 @@ def test_if_match_on_a_missing_key_is_no_such_key(s3, enforcing: S3Proxy) -> Non
     assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET)
 
 
-def test_without_the_option_moto_lets_a_stale_if_match_through(s3, s3_reset: str) -> None:
-    """Why the option exists: moto ignores If-Match on CompleteMultipartUpload. If this starts
-    failing, moto enforces it itself and the option can go."""
-    with S3Proxy(s3_reset) as proxy:
-        c = client(proxy.url)
-        stale = s3.put_object(Bucket=BUCKET, Key=KEY, Body=b"v1")["ETag"]
-        s3.put_object(Bucket=BUCKET, Key=KEY, Body=b"v2")
-        up, parts = upload(c)
-        done = complete(c, up, parts, stale)
-    assert s3.head_object(Bucket=BUCKET, Key=KEY)["ETag"] == done["ETag"]
+def test_the_suites_moto_refuses_a_stale_if_match_itself(s3, s3_reset: str) -> None:
+    """moto alone lets a stale If-Match through; the suite's server is patched to refuse it as
+    S3 does (``atomic_conditional_writes`` in tests/support/s3server.py), so that a mount's
+    endpoint probe finds multipart completion conditional there, as on AWS."""
+    c = client(s3_reset)
+    stale = s3.put_object(Bucket=BUCKET, Key=KEY, Body=b"v1")["ETag"]
+    current = s3.put_object(Bucket=BUCKET, Key=KEY, Body=b"v2")["ETag"]
+    up, parts = upload(c)
+    with pytest.raises(ClientError) as err:
+        complete(c, up, parts, stale)
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+    assert s3.head_object(Bucket=BUCKET, Key=KEY)["ETag"] == current

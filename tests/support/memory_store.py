@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
+from memfs.s3.endpoint import Capabilities
 from memfs.s3.errors import NotModified, StoreError
 from memfs.s3.objectmeta import ObjectInfo, info_from_metadata
 from memfs.s3.store import Listing
@@ -31,6 +32,7 @@ class MemoryStore:
         self.trees = 0  # of the LISTs, how many were list_tree's (tests check they happen)
         self._etags = itertools.count(1)
         self._lock = threading.Lock()
+        self.caps = Capabilities()  # an endpoint that enforces every condition, as AWS S3
 
     def key(self, path: str) -> str:
         return self.prefix + path

@@ -5,7 +5,8 @@ s3fs-fuse's libcurl, rclone) and an S3 server (moto in tests), forwards every re
 byte, and on the way
 
 * counts requests by S3 operation (``GET``, ``HEAD``, ``PUT``, ``COPY``, ``LIST``, ``DELETE``,
-  multipart operations, ...), classified from method, path, query and headers;
+  multipart operations, ...), classified from method, path, query and headers (a mount's
+  endpoint probe apart: recorded, not counted);
 * sleeps a fixed delay per request, to model a real region's round trip;
 * injects faults, at a seeded random rate or by explicit rules: S3's ``InternalError`` (500) and
   ``SlowDown`` (503) with proper XML error bodies, a TCP reset before or after the server saw the
@@ -13,6 +14,11 @@ byte, and on the way
 * optionally (``ignore_conditions``) plays an S3 server that does not enforce conditional writes:
   the ``If-Match`` and ``If-None-Match`` headers of writes are dropped before they reach moto
   (moto checks no signatures, so the request stays valid);
+* optionally (``rgw16``) plays the conditional-request quirks of Ceph RGW 16.2 (found with
+  the real server, docs/SEMANTICS.md "Endpoints"): a PUT whose ``If-Match`` is a quoted ETag is
+  refused with 412 even when it matches (the unquoted one goes through), a copy's standard
+  ``x-amz-copy-source-if-match`` is dropped and the legacy ``x-amz-copy-if-match`` read in its
+  place, and the conditions of CompleteMultipartUpload and DeleteObject are dropped;
 * optionally (``enforce_multipart_conditions``) plays AWS S3 where moto does not: moto 5.2.5
   enforces ``If-None-Match`` on CompleteMultipartUpload but ignores ``If-Match``, so a stale
   complete would silently replace a newer object. With the option on, a CompleteMultipartUpload
@@ -74,6 +80,9 @@ from typing import BinaryIO
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 log = logging.getLogger(__name__)
+#: Keys of a mount's endpoint probe (memfs.protocol.WRITE_PROBE): its requests are recorded but
+#: not counted, so that counts are what the workload under test cost.
+_PROBE = ".memfs-write-probe-"
 
 # --- operations -------------------------------------------------------------------------------
 
@@ -477,6 +486,7 @@ class S3Proxy:
         idle_timeout_s: float = 300.0,
         ignore_conditions: bool = False,
         enforce_multipart_conditions: bool = False,
+        rgw16: bool = False,
     ) -> None:
         up = urlsplit(upstream_url)
         if up.scheme != "http" or not up.hostname:
@@ -499,6 +509,7 @@ class S3Proxy:
         self._idle_timeout_s = idle_timeout_s
         self.ignore_conditions = ignore_conditions
         self.enforce_multipart_conditions = enforce_multipart_conditions
+        self.rgw16 = rgw16
         self._complete_lock = threading.Lock()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -661,7 +672,8 @@ class S3Proxy:
             self._seq += 1
             rec = Request(seq=self._seq, conn=conn_id, op=op, method=method, target=target,
                           user_agent=headers.get("user-agent", ""))
-            self._counts[op] += 1
+            if _PROBE not in path:  # a mount's endpoint probe: recorded, not counted
+                self._counts[op] += 1
             self._records.append(rec)
             plan = self._plan
             fault = plan.decide(op, path) if plan is not None else None
@@ -693,6 +705,15 @@ class S3Proxy:
             self._send_error(client, rec, status, reason, code, message, path, client_keep)
             return client_keep, up
 
+        if self.rgw16:
+            if op == PUT and headers.get("if-match", "").startswith('"'):
+                if expects:
+                    _send(client, b"HTTP/1.1 100 Continue\r\n\r\n")
+                rec.bytes_in = _relay_body(reader, None, framing)
+                self._send_error(client, rec, 412, "Precondition Failed", "PreconditionFailed",
+                                 "quoted If-Match (Ceph RGW 16.2)", path, client_keep)
+                return client_keep, up
+            head = _rgw16_head(op, head)
         if self.ignore_conditions and method in ("PUT", "POST"):
             head = [line for line in head
                     if not line.lower().startswith((b"if-match:", b"if-none-match:"))]
@@ -868,6 +889,20 @@ class S3Proxy:
         # HEAD responses carry Content-Length but never a body, errors included.
         client.sendall(head if rec.method == "HEAD" else head + body)
         rec.bytes_out = 0 if rec.method == "HEAD" else len(body)
+
+
+def _rgw16_head(op: str, head: list[bytes]) -> list[bytes]:
+    """A request head as Ceph RGW 16.2 reads it (see the module docstring)."""
+    def name(line: bytes) -> bytes:
+        return line.split(b":", 1)[0].strip().lower()
+
+    if op == COPY:
+        head = [line for line in head if name(line) != b"x-amz-copy-source-if-match"]
+        return [b"x-amz-copy-source-if-match:" + line.split(b":", 1)[1]
+                if name(line) == b"x-amz-copy-if-match" else line for line in head]
+    if op in (MPU_COMPLETE, DELETE):
+        return [line for line in head if name(line) not in (b"if-match", b"if-none-match")]
+    return head
 
 
 def _status(head: list[bytes]) -> int:

@@ -141,7 +141,8 @@ def atomic_conditional_writes() -> Iterator[None]:
     """While active, an in-process moto server handles object writes (PUT, COPY, DELETE, and
     the POSTs that create and complete multipart uploads) one at a time, so each conditional
     write's check and store are one step. Uploads of parts and reads are not serialized. COPY
-    also honours ``x-amz-copy-source-if-match`` (moto ignores it)."""
+    also honours ``x-amz-copy-source-if-match``, and CompleteMultipartUpload ``If-Match``, as
+    S3 does (moto ignores both)."""
     import threading
 
     from moto.s3.responses import S3Response
@@ -174,8 +175,25 @@ def atomic_conditional_writes() -> Iterator[None]:
             return original(self, *args, **kwargs)
         return method
 
+    def complete_if_match(original):
+        """moto ignores ``If-Match`` on CompleteMultipartUpload; S3 answers 412 when the key is
+        not that version (404 when there is none), and memfs's big writes rely on it."""
+        def method(self, request, body, bucket_name, query, key_name, *args, **kwargs):
+            from moto.s3.exceptions import MissingKey, PreconditionFailed
+
+            want = request.headers.get("If-Match")
+            if want and "uploadId" in query:
+                current = self.backend.get_object(bucket_name, key_name)
+                if current is None:
+                    raise MissingKey(key=key_name)
+                if want.strip('"') != current.etag.strip('"'):
+                    raise PreconditionFailed(failed_condition="If-Match")
+            return original(self, request, body, bucket_name, query, key_name, *args, **kwargs)
+        return method
+
+    wrappers = {"copy_object": copy_if_match, "_key_response_post": complete_if_match}
     for name, original in originals.items():
-        wrapped = copy_if_match(original) if name == "copy_object" else original
+        wrapped = wrappers[name](original) if name in wrappers else original
         setattr(S3Response, name, serialized(wrapped))
     try:
         yield
