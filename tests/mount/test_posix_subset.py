@@ -1,7 +1,7 @@
 """A fast subset of pjdfstest against a real memfs mount: POSIX regressions fail CI (issue #13).
 
 tests/support/posix_run.py (``scripts/posix``) builds pjdfstest from ``../shared/pjdfstest``
-(or ``$PJDFSTEST_SRC``), mounts a fresh bucket on moto's S3 per group and counts passing
+(or ``$PJDFSTEST_SRC``), mounts a fresh bucket on the suite's S3 (moto) per group and counts passing
 subtests strictly (``not ok # TODO`` fails). Here only groups that finish in seconds run, and each
 must pass at least as many subtests as memfs passed when the floor was measured: a fix raises
 the count (then raise the floor), a regression fails. The daemon must not log a Traceback it
@@ -60,9 +60,10 @@ def test_a_missing_source_skips_with_the_reason_and_fails_in_ci(tmp_path: Path) 
 
 
 @pytest.mark.timeout(600)
-def test_pjdfstest_subset_does_not_regress(tmp_path: Path) -> None:
+def test_pjdfstest_subset_does_not_regress(tmp_path: Path, s3_reset: str) -> None:
     require_source(posix_run.default_src())
-    results = posix_run.run_suite(list(FLOORS), ["memfs"], tmp_path, timeout=120)
+    results = posix_run.run_suite(list(FLOORS), ["memfs"], tmp_path, timeout=120,
+                                  endpoint=s3_reset)
     report = posix_run.table(results, ["memfs"])
     problems = []
     for r in results:

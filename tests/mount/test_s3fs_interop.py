@@ -21,6 +21,7 @@ import pytest
 
 from memfs.mountinfo import wait_for_mount
 from tests.conftest import BUCKET, is_mounted
+from tests.support.s3server import KEY_ID, SECRET
 
 PREFIX = "shared/"
 MTIME = 1_700_000_000  # a fixed mtime, far from "now", so a default cannot pass for it
@@ -39,7 +40,7 @@ class S3fsMounts:
         mnt = self.tmp / f"s3fs{n}"
         mnt.mkdir()
         passwd = self.tmp / "s3fs-passwd"
-        passwd.write_text("testing:testing\n")
+        passwd.write_text(f"{KEY_ID}:{SECRET}\n")
         passwd.chmod(0o600)
         log = self.tmp / f"s3fs{n}.log"
         env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}

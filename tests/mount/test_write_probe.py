@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from memfs.protocol import WRITE_PROBE
-from tests.conftest import BUCKET, is_mounted
+from tests.conftest import BUCKET, is_mounted, needs_moto
 from tests.support.s3proxy import S3Proxy
 
 WARNING = "does not enforce conditional writes (If-Match)"
@@ -44,6 +44,8 @@ def keys(s3) -> list[str]:
     return [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])]
 
 
+@needs_moto("a server that accepts requests whose signed If-Match the proxy dropped "
+            "(moto checks no signatures; a real S3 refuses them)")
 def test_an_endpoint_that_ignores_if_match_gets_a_warning(s3, proxy: S3Proxy,
                                                           tmp_path: Path) -> None:
     proxy.ignore_conditions = True
@@ -69,6 +71,8 @@ def status_of(mp: Path) -> dict:
         text=True, check=True).stdout)[0]
 
 
+@needs_moto("a server that enforces every condition the probe tries (moto with the harness's "
+            "patches, as AWS S3)")
 def test_an_enforcing_endpoint_is_found_so_and_the_probe_stores_nothing(
         s3, proxy: S3Proxy, tmp_path: Path) -> None:
     mp = tmp_path / "mp"
@@ -91,6 +95,8 @@ def test_an_enforcing_endpoint_is_found_so_and_the_probe_stores_nothing(
         umount(mp)
 
 
+@needs_moto("a server that accepts requests whose signed condition headers the proxy "
+            "rewrote (moto checks no signatures; a real S3 refuses them)")
 def test_a_server_that_refuses_a_quoted_etag_is_not_taken_for_an_enforcing_one(
         s3, tmp_path: Path, s3_reset: str) -> None:
     """Ceph RGW 16.2 answers 412 to ``If-Match: "<etag>"`` even when it matches; a probe that

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tests.support.mounts import Mounts
-from tests.support.s3server import moto_server
+from tests.support.s3server import KEY_ID, SECRET, moto_server
 
 REPO = Path(__file__).resolve().parents[2]
 GROUPS = ["chmod", "chown", "ftruncate", "mkdir", "open", "rename", "rmdir", "truncate", "unlink",
@@ -267,8 +267,8 @@ def create_bucket(endpoint: str, bucket: str) -> None:
     import boto3
 
     boto3.client("s3", endpoint_url=endpoint, region_name=REGION,
-                 aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket=bucket)
+                 aws_access_key_id=KEY_ID,
+                 aws_secret_access_key=SECRET).create_bucket(Bucket=bucket)
 
 
 def mount(mounts: Mounts, target: str, bucket: str, path: Path, log_path: Path) -> Path:
@@ -346,18 +346,20 @@ def _unrun(tests_dir: Path, t_file: Path) -> FileResult:
 
 def run_suite(groups: list[str], targets: list[str], work: Path, *,
               timeout: float = DEFAULT_TIMEOUT, src: Path | None = None,
-              build_dir: Path | None = None, progress=None) -> list[GroupResult]:
-    """Build pjdfstest, start moto, and run every group on every target (fresh mount each)."""
+              build_dir: Path | None = None, progress=None,
+              endpoint: str | None = None) -> list[GroupResult]:
+    """Build pjdfstest, start moto (or use the S3 ``endpoint`` given), and run every group on
+    every target (fresh mount and bucket each)."""
     if os.geteuid() != 0:
         raise RuntimeError("pjdfstest must run as root (it switches uid/gid)")
     tests_dir = build_pjdfstest(src, build_dir)
     work.mkdir(parents=True, exist_ok=True)
     work.chmod(0o755)
     results = []
-    with tempfile.TemporaryDirectory(prefix="memfs-posix-mnt-") as mnt_root, \
-            moto_server() as endpoint:
+    server = contextlib.nullcontext(endpoint) if endpoint else moto_server()
+    with tempfile.TemporaryDirectory(prefix="memfs-posix-mnt-") as mnt_root, server as url:
         Path(mnt_root).chmod(0o755)  # the suite runs parts of itself as other users
-        mounts = Mounts(endpoint, work, clean=True)
+        mounts = Mounts(url, work, clean=True)
         for group in groups:
             for target in targets:
                 r = run_group(target, group, tests_dir, mounts, work, Path(mnt_root),

@@ -1,4 +1,4 @@
-"""The one moto launcher: an S3 server on loopback for tests, benchmarks and long runs.
+"""The one moto launcher, and the test suite's choice of S3 server (moto, Ceph RGW or a URL).
 
 In-process (`ThreadedMotoServer`, ~1 s to start) for the test suite and the reliability and
 pjdfstest runners; in a child process for benchmarks, so moto's work does not compete for the GIL
@@ -9,6 +9,17 @@ on exit. Test credentials only: nothing here may reach a real account.
 5.2.5 checks ``If-Match``/``If-None-Match`` of a PutObject (and DeleteObject) and only then, after
 some work, stores the object, so two PUTs conditional on the same ETag can both succeed when its
 threads interleave (seen under CPU load as lost updates in the two-mount storms).
+
+`suite_server()` is the one place the suite's server is chosen, by ``MEMFS_TEST_S3``:
+
+* ``moto`` (the default): the in-process moto server above, its conditional writes atomic;
+* ``ceph``: a Ceph RADOS Gateway from ``scripts/ceph-rgw`` (`tests.support.ceph`);
+* ``http://host:port``: any S3 endpoint, with keys ``MEMFS_TEST_S3_KEY`` and
+  ``MEMFS_TEST_S3_SECRET`` (default ``testing``). Its bucket ``memfs-test`` is emptied before
+  every test; point it at a throwaway endpoint.
+
+`TEST_S3` says which was chosen when this module was imported; tests that need moto itself (its
+reset API, its in-process backend, a proxy rewriting signed headers) skip elsewhere, naming it.
 """
 
 from __future__ import annotations
@@ -20,11 +31,93 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 REGION = "us-east-1"
-KEY_ID = "testing"
-SECRET = "testing"
+
+
+@dataclass(frozen=True)
+class SuiteS3:
+    """The S3 server the test suite runs on: ``kind`` is ``moto``, ``ceph`` or ``url``."""
+
+    kind: str
+    url: str = ""  # for kind ``url``: the endpoint; the others are started by `suite_server()`
+    key_id: str = "testing"
+    secret: str = "testing"
+
+    @property
+    def is_moto(self) -> bool:
+        return self.kind == "moto"
+
+    def describe(self) -> str:
+        return self.url if self.kind == "url" else self.kind
+
+
+def selected(environ: Mapping[str, str] | None = None) -> SuiteS3:
+    """The server ``MEMFS_TEST_S3`` asks for (unset or empty: moto)."""
+    env = os.environ if environ is None else environ
+    choice = env.get("MEMFS_TEST_S3", "").strip() or "moto"
+    if choice in ("moto", "ceph"):
+        return SuiteS3(choice)
+    if choice.startswith(("http://", "https://")):
+        return SuiteS3("url", choice.rstrip("/"), env.get("MEMFS_TEST_S3_KEY", "testing"),
+                      env.get("MEMFS_TEST_S3_SECRET", "testing"))
+    raise ValueError(f"MEMFS_TEST_S3={choice!r}: use moto, ceph or an http(s):// endpoint URL")
+
+
+#: The suite's server, fixed at import (tests unset MEMFS_* while they run).
+TEST_S3 = selected()
+#: The keys every test client, mount and peer uses.
+KEY_ID = TEST_S3.key_id
+SECRET = TEST_S3.secret
+
+
+@contextlib.contextmanager
+def suite_server(choice: SuiteS3 = TEST_S3) -> Iterator[str]:
+    """The URL of the suite's S3 server for as long as the context lasts (see the module)."""
+    if choice.kind == "moto":
+        with atomic_conditional_writes(), moto_server() as url:
+            yield url
+    elif choice.kind == "ceph":
+        from tests.support.ceph import ceph_rgw
+
+        with ceph_rgw() as url:
+            yield url
+    else:
+        yield choice.url
+
+
+def _missing_ok(exc: Exception) -> bool:
+    return getattr(exc, "response", {}).get("Error", {}).get("Code") in (
+        "NoSuchBucket", "NoSuchKey", "NoSuchUpload")
+
+
+def wipe(client: Any, bucket: str, *, keep_buckets: frozenset[str] = frozenset()) -> None:
+    """Make a server other than moto as empty as moto's reset does: every bucket loses its
+    objects, versions, delete markers and multipart uploads and is deleted, except those in
+    ``keep_buckets`` (buckets that were there before the session), which are left alone, and
+    ``bucket`` (the suite's), which is only emptied if it was there before."""
+    for entry in client.list_buckets().get("Buckets", []):
+        name = entry["Name"]
+        if name in keep_buckets and name != bucket:
+            continue
+        try:
+            for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=name):
+                for up in page.get("Uploads", []):
+                    client.abort_multipart_upload(Bucket=name, Key=up["Key"],
+                                                  UploadId=up["UploadId"])
+            for page in client.get_paginator("list_object_versions").paginate(Bucket=name):
+                doomed = [{"Key": v["Key"], "VersionId": v["VersionId"]}
+                          for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+                if doomed:
+                    client.delete_objects(Bucket=name, Delete={"Objects": doomed, "Quiet": True})
+            if name not in keep_buckets:
+                client.delete_bucket(Bucket=name)
+        except Exception as exc:
+            if not _missing_ok(exc):
+                raise
 
 
 def free_port() -> int:
