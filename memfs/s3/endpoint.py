@@ -161,7 +161,17 @@ class _Probe:
         """Delete the probe's keys, and on a versioned bucket every version it made."""
         for key in (self.key, self.copy_key):
             self.call("DeleteObject", Key=key)
-        for key, version in self.versions:
+        if not self.versions:
+            return  # an unversioned bucket: nothing is left
+        # A versioned bucket: every version and delete marker under the probe's key (its copy's
+        # key extends it), by id. Listed rather than only remembered: a server may answer a copy
+        # or a delete without the VersionId it made (Ceph RGW 16.2 does).
+        made = set(self.versions)
+        listed = self.client.list_object_versions(Bucket=self.bucket, Prefix=self.key)
+        for v in listed.get("Versions", []) + listed.get("DeleteMarkers", []):
+            if v["Key"] in (self.key, self.copy_key):
+                made.add((v["Key"], v["VersionId"]))
+        for key, version in sorted(made):
             self.call("DeleteObject", Key=key, VersionId=version)
 
     def put(self, body: bytes, **kwargs: Any) -> dict[str, Any] | int:

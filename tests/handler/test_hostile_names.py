@@ -15,7 +15,7 @@ import pytest
 from memfs.memory.commands import MemoryHandler
 from memfs.memory.errors import CommandError
 from memfs.memory.names import escape, unescape
-from tests.conftest import BUCKET
+from tests.conftest import BUCKET, needs_moto
 
 PLANTED = {"a\x01b.md": "a\\x01b.md", "\x1b[31mred.md": "\\x1b[31mred.md",
            "nel\u0085.md": "nel\\x85.md", "ls\u2028.md": "ls\\u2028.md"}
@@ -50,6 +50,8 @@ def test_planted_names_locally(tmp_path: Path) -> None:
     _check_planted(MemoryHandler(tmp_path))
 
 
+@needs_moto("a server that lists keys with control characters (Ceph RGW 16.2 answers such a "
+            "LIST 500: its XML cannot carry them unless EncodingType=url)")
 def test_planted_names_on_a_mount(mount_factory: Any, s3: Any) -> None:
     for raw in PLANTED:
         s3.put_object(Bucket=BUCKET, Key="users/alice/" + raw, Body=b"hello\n")

@@ -112,7 +112,15 @@ def wipe(client: Any, bucket: str, *, keep_buckets: frozenset[str] = frozenset()
                 doomed = [{"Key": v["Key"], "VersionId": v["VersionId"]}
                           for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
                 if doomed:
-                    client.delete_objects(Bucket=name, Delete={"Objects": doomed, "Quiet": True})
+                    try:
+                        client.delete_objects(Bucket=name,
+                                              Delete={"Objects": doomed, "Quiet": True})
+                    except Exception:
+                        # Ceph RGW refuses (400) a DeleteObjects whose XML body names a key with
+                        # control characters (planted by the hostile-name tests): one by one,
+                        # the key goes percent-encoded in the URL.
+                        for one in doomed:
+                            client.delete_object(Bucket=name, **one)
             if name not in keep_buckets:
                 client.delete_bucket(Bucket=name)
         except Exception as exc:
