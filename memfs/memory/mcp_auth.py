@@ -28,6 +28,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from memfs.private_dirs import private_dirs
+
 
 class AuthSetupError(Exception):
     """The server must not start; ``str()`` is the one line to show."""
@@ -38,27 +40,12 @@ def default_token_file() -> Path:
     return Path(base) / "memfs" / "mcp-token"
 
 
-def _private_parents(path: Path) -> None:
-    """The directories above ``path``, made 0700 whatever the umask where missing."""
-    missing = []
-    p = path.parent
-    while not os.path.lexists(p):
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            continue
-        os.chmod(d, 0o700)
-
-
 def load_or_create_token(path: Path) -> tuple[str, bool]:
     """The token in ``path`` and whether it was made just now. Refuses (`AuthSetupError`) a
     file that is not a regular file of this user's, or that others could read or write."""
     created = False
     if not os.path.lexists(path):
-        _private_parents(path)
+        private_dirs(path.parent)
         token = secrets.token_urlsafe(32)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW

@@ -49,22 +49,6 @@ class CacheUntrusted(CacheRefused):
     """The cache directory (or one above or below it) could be changed by another user."""
 
 
-def private_dirs(path: Path) -> None:
-    """Make ``path`` and its missing parents, each 0700 whatever the umask (``Path.mkdir`` gives
-    parents 0777 & ~umask: 0777 under ``umask 000``)."""
-    missing = []
-    p = Path(os.path.abspath(path))
-    while not os.path.lexists(p):
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            continue
-        os.chmod(d, 0o700)  # a umask can only have taken bits away; put back the owner's
-
-
 def _who(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name

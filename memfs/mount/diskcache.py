@@ -66,10 +66,10 @@ from memfs.mount.cachetrust import (
     check_tree,
     load_key,
     md5_of_etag,
-    private_dirs,
     seal,
     unseal,
 )
+from memfs.private_dirs import private_dirs
 from memfs.s3.objectmeta import ObjectInfo
 
 log = logging.getLogger(__name__)

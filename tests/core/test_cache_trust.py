@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from memfs.mount.blobs import Blob
-from memfs.mount.cachetrust import KEY, CacheUntrusted, md5_of_etag, private_dirs
+from memfs.mount.cachetrust import KEY, CacheUntrusted, md5_of_etag
 from memfs.mount.diskcache import RECORDS, DiskCache
+from memfs.private_dirs import private_dirs
 from memfs.s3.objectmeta import ObjectInfo
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
