@@ -52,9 +52,7 @@ def str_replace(h: MemoryHandler, f: dict[str, Any]) -> str:
                 if lost is None:
                     break
         else:
-            _refused(parent)
-            assert lost is not None
-            raise write_error(mp.display, lost)
+            raise _gave_up(parent, mp, lost)
     changed = content.count("\n", 0, pos)
     new_lines = new_content.split("\n")
     first, last = max(0, changed - 2), min(len(new_lines), changed + 3)
@@ -97,9 +95,7 @@ def insert(h: MemoryHandler, f: dict[str, Any]) -> str:
                 if lost is None:
                     break
         else:
-            _refused(parent)
-            assert lost is not None
-            raise write_error(mp.display, lost)
+            raise _gave_up(parent, mp, lost)
     return f"The file {mp.display} has been edited."
 
 
@@ -174,6 +170,13 @@ def _commit(parent: int, mp: MemoryPath, edit: Edit, data: bytes, h: MemoryHandl
             return err
         raise write_error(mp.display, err) from err
     return None
+
+
+def _gave_up(parent: int, mp: MemoryPath, lost: OSError | None) -> CommandError:
+    """The refusal when every attempt lost its race (the mount counts it)."""
+    _refused(parent)
+    assert lost is not None
+    return write_error(mp.display, lost)
 
 
 def _refused(parent: int) -> None:
