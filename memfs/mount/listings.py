@@ -26,6 +26,7 @@ from __future__ import annotations
 import stat
 import time
 
+from memfs.mount.dirstream import DirStream
 from memfs.mount.nodes import ROOT_INODE, DirCache, Kind, Node, child_path, kind_of_mode, type_bits
 from memfs.mount.state import CoreState
 from memfs.s3.objectmeta import ObjectInfo
@@ -70,6 +71,46 @@ class Listings(CoreState):
             started = time.time()
             listing = await self._s3(self.store.list_dir, path)
             return self._install(dnode, listing, started, time.time())
+
+    async def _readdir_listing(self, dnode: Node) -> DirCache | DirStream:
+        """What a readdir of the directory starts from: its listing when this mount has one
+        fresh, or knows it small enough to re-list whole (``_listing``: with its tree or its
+        neighbours'); else a stream of its LIST's pages, the first one read (``_stream_more``):
+        a directory of 100,000 entries costs a reader that stops early only what it read."""
+        self._mark_used(dnode)
+        known = dnode.listing
+        if known is not None and (self._fresh(known.fetched_at)
+                                  or len(known.files) + len(known.dirs) <= BIG_DIR):
+            return await self._listing(dnode)
+        if known is None and self._shared_tree(dnode) is not None:
+            return await self._listing(dnode)
+        # The first page under the directory's LIST flight: a lookup racing this readdir waits
+        # for it and, when one page held everything, finds the listing installed.
+        async with self.flights.hold(("LIST", dnode.inode)):
+            if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
+                return dnode.listing
+            stream = DirStream()
+            installed = await self._stream_more(dnode, stream)
+        return stream if installed is None else installed
+
+    async def _stream_more(self, dnode: Node, stream: DirStream) -> DirCache | None:
+        """The stream's next page; the directory's installed listing once it was the last."""
+        if stream.pages == 0:
+            await self.moves.settled(dirs=[dnode.path])  # S3 has every move into or out of it
+            stream.started = time.time()
+        page = await self._s3(self.store.list_dir_page, dnode.path, stream.token)
+        if stream.pages == 0:
+            stream.arrived = time.time()
+        stream.add(page)
+        if not stream.complete:
+            dnode.wide = True
+            if page.listing.files or page.listing.dirs:
+                self._exists_as_of(dnode, stream.arrived)
+            return None
+        whole = stream.listing
+        # A copy: installing replays this mount's recent changes onto it, the stream stays S3's.
+        return self._install(dnode, Listing(dict(whole.files), set(whole.dirs), whole.has_marker,
+                                            dict(whole.shadowed)), stream.started, time.time())
 
     async def _list_tree(self, top: Node, below: list[Node], max_keys: int, *,
                          shared: bool = False) -> bool:
@@ -280,8 +321,9 @@ class Listings(CoreState):
                 return node
         if for_create and node is None and stale is not None and stale.kind_of(name) is None:
             return None
-        if stale is not None and len(stale.files) + len(stale.dirs) > BIG_DIR \
-                and not self._fresh(stale.fetched_at):
+        big_and_expired = stale is not None and len(stale.files) + len(
+            stale.dirs) > BIG_DIR and not self._fresh(stale.fetched_at)
+        if big_and_expired or (stale is None and parent.wide):
             return await self._probe(parent, name)
         listing = await self._listing(parent)
         return self._sync_child(parent, name, listing)

@@ -16,6 +16,7 @@ import time
 import trio
 
 from memfs import protocol
+from memfs.mount.dirstream import DirStream
 from memfs.mount.listings import Listings
 from memfs.mount.nodes import (
     ROOT_INODE,
@@ -246,19 +247,26 @@ class Namespace(Listings):
     async def dir_page(self, fh: int, start: int) -> list[tuple[int, str, Node]]:
         """The entries from offset ``start`` on as (offset, name, node): at least one unless
         the directory ends, with metadata read for at most ``READDIR_PAGE`` new entries. The
-        names are a snapshot taken at the handle's first read (one listing)."""
+        names are a snapshot taken as the handle reads: one listing, or the pages of one LIST
+        read as far as the reader got (``_readdir_listing``)."""
         inode, snap = self.handles.dirs[fh]
         if snap is None:
             node = self._dir(inode)
-            listing = await self._listing(node)
             parent = self.inodes.at(node.parent_path()) or node
-            snap = DirSnapshot(node, parent, listing, listing.names())
+            found = await self._readdir_listing(node)
+            if isinstance(found, DirCache):
+                snap = DirSnapshot(node, parent, found, found.names())
+            else:
+                snap = DirSnapshot(node, parent, self._partial(found), found.names, stream=found)
             self.handles.dirs[fh] = (inode, snap)
         out = [(i, name, n) for i, name, n in ((0, ".", snap.node), (1, "..", snap.parent))
                if i >= start]
-        total = len(snap.names) + 2
         i, shown = max(start, 2), len(out)
-        while i < total and len(out) == shown:  # a page of vanished entries: the next one
+        while len(out) == shown:  # a page of vanished entries: the next one
+            await self._names_until(snap, i - 2 + READDIR_PAGE)
+            total = len(snap.names) + 2
+            if i >= total:
+                break
             end = min(total, i + READDIR_PAGE)
             await self._read_page(snap, i - 2, end - 2)
             out += [(j, snap.names[j - 2], n) for j in range(i, end)
@@ -266,22 +274,56 @@ class Namespace(Listings):
             i = end
         return out
 
+    @staticmethod
+    def _partial(stream: DirStream) -> DirCache:
+        """The pages of ``stream`` so far as a listing to read entries from (not installed:
+        a name beyond them is not known absent)."""
+        whole = stream.listing
+        return DirCache(whole.files, whole.dirs, stream.arrived, whole.has_marker, stream.started,
+                        whole.shadowed)
+
+    async def _names_until(self, snap: DirSnapshot, count: int) -> None:
+        """Read the snapshot's LIST on until it has ``count`` names or has ended. Once it ends
+        the listing installed takes over, and the names this mount added meanwhile (files
+        being written, changes made since the LIST began) come last."""
+        stream = snap.stream
+        if stream is None:
+            return
+        async with snap.lock:
+            while not stream.complete and len(snap.names) < count:
+                installed = await self._stream_more(snap.node, stream)
+                if installed is not None:
+                    seen = set(snap.names)
+                    snap.names += [name for name in installed.names() if name not in seen]
+                    snap.listing = installed
+
     async def _read_page(self, snap: DirSnapshot, lo: int, hi: int) -> None:
         """Nodes, with their stored metadata, for ``snap.names[lo:hi]`` not made yet."""
         todo = [k for k in range(lo, hi) if k not in snap.found]
         if not todo:
             return
+        # While a LIST is read page by page, the pages are S3's: a name this mount removed
+        # since the LIST began is gone (a whole listing replays such changes when installed).
+        streaming = snap.stream is not None and not snap.stream.complete
         children = []
         for k in todo:
-            child = self._sync_child(snap.node, snap.names[k], snap.listing)
+            name = snap.names[k]
+            child = None if streaming and self._removed_since(snap, name) else \
+                self._sync_child(snap.node, name, snap.listing)
             if child is None:
                 snap.found[k] = None
             else:
-                children.append((snap.names[k], child))
+                children.append((name, child))
         known = dict(await self._with_metadata(children))
         for k in todo:
             if k not in snap.found:
                 snap.found[k] = known.get(snap.names[k])
+
+    @staticmethod
+    def _removed_since(snap: DirSnapshot, name: str) -> bool:
+        assert snap.stream is not None
+        when, what = snap.node.recent.get(name, (0.0, object()))
+        return what is None and when >= snap.stream.started
 
     async def fsyncdir(self, fh: int) -> None:
         """Return once S3 has every deferred move into or out of the directory; a move that

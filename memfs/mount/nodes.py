@@ -21,6 +21,9 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
+import trio
+
+from memfs.mount.dirstream import DirStream
 from memfs.s3.objectmeta import ObjectInfo
 
 #: The root directory's inode number (FUSE's FUSE_ROOT_ID).
@@ -136,6 +139,10 @@ class Node:
     # Its tree outgrew the keys a tree LIST of it was allowed once: it is re-listed delimited
     # from then on (Listings).
     big_tree: bool = False
+    # A readdir found more than one LIST page of entries in it (``DirStream``) and stopped
+    # before the last: a lookup in it probes the one name rather than listing it whole
+    # (Listings._resolve), as in a big directory whose listing has expired.
+    wide: bool = False
     # When a lookup in this directory or a readdir of it, or of one below it, last happened (a
     # shared tree LIST counts a subtree only while somebody uses it: Listings._shared_tree).
     used_at: float = 0.0
@@ -189,8 +196,8 @@ class Node:
 
 @dataclass
 class DirSnapshot:
-    """A directory handle's entries, fixed at its first read (readdir offsets must stay stable:
-    offset 0 is ``.``, 1 is ``..``, 2 + k is ``names[k]``). Only names are held for the whole
+    """A directory handle's entries, fixed as they are first read (readdir offsets must stay
+    stable: offset 0 is ``.``, 1 is ``..``, 2 + k is ``names[k]``). Only names are held for the
     directory; a name's node, and its stored metadata, are made page by page as the kernel
     reads (``Namespace.dir_page``): a reader that stops early (the memory tool's bounded view)
     costs the daemon only the pages it read, whatever the directory holds.
@@ -203,6 +210,12 @@ class DirSnapshot:
     listing: DirCache
     names: list[str]
     found: dict[int, Node | None] = field(default_factory=dict)
+    # A directory whose LIST had more than one page is read as the kernel asks
+    # (``Listings._stream_more``): ``names`` is the stream's, growing page by page, and
+    # ``listing`` a view of its pages so far until the last one installs the whole listing.
+    stream: DirStream | None = None
+    # Held while a page is fetched: two readdirs of one handle must not fetch the same page.
+    lock: trio.Lock = field(default_factory=trio.Lock)
 
 
 def mode_limit(allow_other: bool, file_mode: int, dir_mode: int) -> int | None:

@@ -58,6 +58,19 @@ class Listing:
         return not self.files and not self.dirs
 
 
+@dataclass
+class ListingPage:
+    """One page of a directory's delimited LIST (``Store.list_dir_page``)."""
+
+    listing: Listing
+    # How far the page reached in S3's order (UTF-8 bytes, which is Python's str order), relative
+    # to the directory: its last key, or its last common prefix with the "/". Every key of a
+    # later page sorts after it.
+    reach: str
+    # The continuation token of the next page; None when this was the last.
+    token: str | None
+
+
 def _info_from_head(resp: dict, key: str) -> ObjectInfo:
     return info_from_metadata(int(resp.get("ContentLength", 0)), normal_etag(resp["ETag"]),
                               resp["LastModified"].timestamp(), resp.get("Metadata") or {}, key)
@@ -150,31 +163,49 @@ class Store:
 
     def list_dir(self, path: str) -> Listing:
         """All children of a directory, from delimited LIST pages (1,000 keys per request)."""
-        prefix = self.dir_key(path)
         listing = Listing()
+        token: str | None = None
+        while True:
+            page = self.list_dir_page(path, token)
+            listing.files.update(page.listing.files)
+            listing.dirs |= page.listing.dirs
+            listing.has_marker |= page.listing.has_marker
+            token = page.token
+            if token is None:
+                break
+        _prefer_directories(listing, self.dir_key(path))
+        return listing
+
+    def list_dir_page(self, path: str, token: str | None = None) -> ListingPage:
+        """One page (1,000 keys and prefixes) of a directory's delimited LIST, from its start or
+        from ``token``; a file and a directory of one name both stay in it (``list_dir``, or
+        the caller once it has every page, applies ``_prefer_directories``)."""
+        prefix = self.dir_key(path)
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "Delimiter": "/"}
+        if token is not None:
+            kwargs["ContinuationToken"] = token
         try:
-            paginator = self.client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
-                for cp in page.get("CommonPrefixes", ()):
-                    name = cp["Prefix"][len(prefix):-1]
-                    if _valid_name(name):
-                        listing.dirs.add(name)
-                for obj in page.get("Contents", ()):
-                    name = obj["Key"][len(prefix):]
-                    if name == "":
-                        listing.has_marker = True
-                        continue
-                    if not _valid_name(name) or name.endswith("_$folder$"):
-                        continue
-                    listing.files[name] = ObjectInfo(
-                        size=int(obj["Size"]),
-                        etag=normal_etag(obj["ETag"]),
-                        mtime=obj["LastModified"].timestamp(),
-                    )
+            resp = self.client.list_objects_v2(**kwargs)
         except Exception as exc:
             raise translate(exc, "LIST", prefix) from exc
-        _prefer_directories(listing, prefix)
-        return listing
+        listing = Listing()
+        reach = ""
+        for cp in resp.get("CommonPrefixes", ()):
+            rel = cp["Prefix"][len(prefix):]
+            reach = max(reach, rel)
+            if _valid_name(rel[:-1]):
+                listing.dirs.add(rel[:-1])
+        for obj in resp.get("Contents", ()):
+            name = obj["Key"][len(prefix):]
+            reach = max(reach, name)
+            if name == "":
+                listing.has_marker = True
+            elif _valid_name(name) and not name.endswith("_$folder$"):
+                listing.files[name] = ObjectInfo(size=int(obj["Size"]),
+                                                 etag=normal_etag(obj["ETag"]),
+                                                 mtime=obj["LastModified"].timestamp())
+        more = resp.get("IsTruncated") and resp.get("NextContinuationToken")
+        return ListingPage(listing, reach, more or None)
 
     def list_tree(self, path: str, max_keys: int = 1000) -> dict[str, Listing] | None:
         """Every directory's children under ``path``, from a LIST without a delimiter (one

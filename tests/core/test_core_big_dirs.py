@@ -117,3 +117,42 @@ def test_a_tree_grown_past_a_page_elsewhere_is_tried_once() -> None:
         assert dict(store.calls) == {"LIST": 1} and store.trees == 2
         assert set(listing.names()) == {"g", "s"}
     trio.run(main)
+
+
+def test_a_readdir_that_stops_early_lists_only_the_pages_it_read() -> None:
+    """A planted directory of 5,000 entries: the first readdir pages cost one LIST page, not
+    five; a lookup in it probes the name; read to the end, every name comes once and the
+    listing is installed (a second readdir costs no LIST)."""
+    store = big_store(5000)
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        big = await core.lookup(ROOT_INODE, "big")
+        assert big is not None
+        store.calls.clear()
+        fh = await core.opendir(big.inode)
+        page = await core.dir_page(fh, 0)
+        assert [name for _, name, _ in page[:3]] == [".", "..", "f00000"]
+        assert store.calls["LIST"] == 1  # before: all 5 pages before the first entry
+        # A lookup while the directory is partly read: one probe, not the whole listing.
+        store.calls.clear()
+        assert await core.lookup(big.inode, "f04999") is not None
+        assert store.calls["LIST"] == 1
+        # A name this mount removes while the LIST is read page by page is not shown, even by
+        # a page that still has it (a LIST page in flight while the DELETE was).
+        await core.unlink(big.inode, "f03000")
+        store.put("big/f03000", b"x", {})
+        store.calls.clear()
+        names = [n for n, _ in (await core.dir_entries(fh))[2:]]
+        core.releasedir(fh)
+        assert store.calls["LIST"] == 5  # the other pages, read to the end
+        assert len(names) == len(set(names)) == 5000 and "f03000" not in names
+        assert set(names) == {f"f{i:05d}" for i in range(5000) if i != 3000} | {"sub"}
+        store.calls.clear()
+        fh = await core.opendir(big.inode)
+        assert len(await core.dir_entries(fh)) == 5002
+        core.releasedir(fh)
+        assert store.calls["LIST"] == 0  # the listing read to its end was installed
+        core.check_invariants()
+
+    trio.run(main)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from memfs.s3.endpoint import Capabilities
 from memfs.s3.errors import NotModified, StoreError
 from memfs.s3.objectmeta import ObjectInfo, info_from_metadata
-from memfs.s3.store import Listing
+from memfs.s3.store import LIST_PAGE, Listing, ListingPage
 
 
 class MemoryStore:
@@ -79,6 +79,29 @@ class MemoryStore:
         with self._lock:
             self.calls["LIST"] += 1
             return self._list_dir(path)
+
+    def list_dir_page(self, path: str, token: str | None = None) -> ListingPage:
+        """As S3 pages a delimited LIST: keys and common prefixes in one order, 1,000 a page;
+        the token is where the page reached. A file and a directory of one name both stay."""
+        prefix = self.dir_key(path)
+        with self._lock:
+            self.calls["LIST"] += 1
+            entries = sorted({rest if "/" not in rest else rest.split("/", 1)[0] + "/"
+                              for k in self.objects if k.startswith(prefix)
+                              for rest in [k[len(prefix):]]})
+            if token is not None:
+                entries = [e for e in entries if e > token]
+            page, more = entries[:LIST_PAGE], len(entries) > LIST_PAGE
+            listing = Listing()
+            for rest in page:
+                if rest == "":
+                    listing.has_marker = True
+                elif rest.endswith("/"):
+                    listing.dirs.add(rest[:-1])
+                else:
+                    listing.files[rest] = self._listed(prefix + rest)
+            reach = page[-1] if page else ""
+            return ListingPage(listing, reach, reach if more else None)
 
     def list_tree(self, path: str, max_keys: int = 1000) -> dict[str, Listing] | None:
         """Every directory's ``list_dir`` under ``path`` in one LIST, as Store.list_tree."""

@@ -1,0 +1,82 @@
+"""A directory's names as its LIST pages arrive, so a readdir answers before the last page.
+
+A directory a bucket writer filled with 100,000 entries is 100 LIST pages, and the memory tool's
+`view` reads at most 2,000 names of it (``ls | head`` stops early too): a readdir must cost only
+the pages its reader gets to. ``DirStream`` takes a delimited LIST's pages in S3's order and
+hands out each name once it is final:
+
+* a directory's name is final when its common prefix arrives;
+* a file's name is final only once the listing has reached past ``name/``: until then a
+  directory of the same name may still come — S3 orders ``a`` < ``a!`` < ``a/`` (UTF-8 bytes,
+  which is Python's str order) — and a directory wins over a file of its name, as in a whole
+  listing (``Store._prefer_directories``): the file then goes to ``shadowed``, never shown.
+
+Names are handed out in the order they became final: stable (readdir offsets index into it),
+though not always sorted across pages. Only the names and the LIST's attributes are held, as a
+whole listing would hold them; nothing here sends a request (``Listings._stream_more`` does).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from memfs.s3.objectmeta import ObjectInfo
+from memfs.s3.store import Listing, ListingPage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DirStream:
+    """The pages of one delimited LIST so far (see the module docstring).
+
+    INVARIANT: every name in ``names`` is in ``listing.files`` or ``listing.dirs`` (never both),
+    exactly once; ``pending`` holds files not final yet, none of them in ``listing``.
+    """
+
+    # When the first page was sent: the listing holds what S3 held from then on.
+    started: float = 0.0
+    # When the first page arrived (what its entries are known to be current as of).
+    arrived: float = 0.0
+    listing: Listing = field(default_factory=Listing)
+    names: list[str] = field(default_factory=list)
+    pending: dict[str, ObjectInfo] = field(default_factory=dict)
+    token: str | None = None
+    complete: bool = False
+    pages: int = 0
+
+    def add(self, page: ListingPage) -> None:
+        """Take the next page: its final names are appended to ``names``."""
+        final: list[tuple[str, str]] = []  # (where S3 orders it, name)
+        mine = self.listing
+        mine.has_marker |= page.listing.has_marker
+        for name in page.listing.dirs:
+            if name in mine.dirs:
+                continue
+            shadowed = self.pending.pop(name, None) or mine.files.pop(name, None)
+            if shadowed is not None:
+                log.warning("%r is both an object and a key prefix; showing the directory", name)
+                mine.shadowed[name] = shadowed
+            mine.dirs.add(name)
+            if name not in self.names:  # (a file already final: a server out of order)
+                final.append((name + "/", name))
+        for name, info in page.listing.files.items():
+            if name in mine.dirs:
+                mine.shadowed[name] = info
+            else:
+                self.pending[name] = info
+        self.token, self.complete = page.token, page.token is None
+        self.pages += 1
+        for name in [n for n in self.pending if self.complete or n + "/" <= page.reach]:
+            mine.files[name] = self.pending.pop(name)
+            final.append((name, name))
+        self.names += [name for _, name in sorted(final)]
+
+    def check_invariants(self) -> None:
+        files, dirs = self.listing.files, self.listing.dirs
+        assert len(set(self.names)) == len(self.names), "a name handed out twice"
+        assert set(self.names) == files.keys() | dirs, "names and listing disagree"
+        assert not files.keys() & dirs, "a name both a file and a directory"
+        assert not self.pending.keys() & (files.keys() | dirs), "a pending name already final"
+        assert not self.complete or not self.pending, "a complete stream with pending files"
