@@ -15,6 +15,12 @@ keeps it from growing with the number of agents: when several agents' trees unde
 ancestor are in use, that ancestor's whole tree is re-listed once for all of them
 (``_shared_tree``), a page per 1,000 keys per TTL for the whole mount.
 
+A readdir of a directory this mount does not know to be small reads its LIST only as far as the
+reader gets (``_readdir_listing``, ``memfs/mount/dirstream.py``): a bucket writer's directory of
+100,000 entries costs the memory tool's bounded `view` two or three pages, not a hundred. Read to
+its end the LIST installs as the listing; left partly read, the directory is marked ``wide`` and
+lookups in it probe single names.
+
 Freshness: a listing is fresh for the TTL counted from when its LIST *completed* (a LIST slower
 than the TTL must not be stale on arrival). A LIST that was in flight while this mount changed an
 entry may not show the change, so each directory keeps its recent changes (``Node.recent``) and a

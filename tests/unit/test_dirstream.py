@@ -5,6 +5,8 @@ file of its name and the file in ``shadowed``)."""
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +28,7 @@ def entries_of(keys: set[str]) -> list[str]:
 def pages_of(entries: list[str], cuts: list[int]) -> list[ListingPage]:
     bounds = sorted({c % (len(entries) + 1) for c in cuts} | {0, len(entries)})
     pages = []
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
+    for lo, hi in itertools.pairwise(bounds):
         listing = Listing()
         for e in entries[lo:hi]:
             if e.endswith("/"):

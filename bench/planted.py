@@ -1,0 +1,103 @@
+"""A planted directory (issue #30): what a `view` of N entries a bucket writer put there costs.
+
+N one-byte objects under ``big/`` (planted with boto3, not counted), then on a fresh memfs mount
+with an empty cache, through the counting proxy: the memory tool's ``view /memories/big``, and
+after it an ``ls -f`` of the whole directory. Each row gives wall time, S3 requests by type and
+the daemon's memory (VmRSS before and after, VmHWM). On moto by default, or a real server::
+
+    python -m bench.planted --files 100000 [--endpoint URL --bucket B] [--ttl 30]
+
+moto answers each LIST page by scanning every key of the bucket (about a second per page at
+100,000 keys), so on moto the view's time is mostly its LIST pages; on Ceph RGW a page is a few
+tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import targets
+from bench.bigfiles import peak_rss_mib
+from memfs.memory import MemoryHandler
+from tests.support.mounts import Mounts
+from tests.support.s3proxy import S3Proxy
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.planted", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=100_000)
+    parser.add_argument("--endpoint", help="a real S3 server on loopback (default: moto)")
+    parser.add_argument("--bucket", help="a bucket on --endpoint (default: a new one)")
+    parser.add_argument("--ttl", default="30", help="the mount's --metadata-ttl")
+    parser.add_argument("--no-ls", action="store_true", help="only the view")
+    args = parser.parse_args(argv)
+    if reason := targets.memfs_available():
+        print(f"planted: {reason}", file=sys.stderr)
+        return 2
+    with os.popen("uptime") as up:
+        load = up.read().strip()
+    rows: list[tuple[str, float, dict[str, int], float, float, float | None, str]] = []
+    with tempfile.TemporaryDirectory(prefix="memfs-planted-") as tmp, \
+            contextlib.ExitStack() as stack:
+        server = args.endpoint or stack.enter_context(targets.moto_server())
+        bucket = args.bucket or f"planted-{int(time.time() * 1000) % 10**8}"
+        if not args.bucket:
+            targets.create_bucket(server, bucket)
+        print(f"[planted] planting {args.files:,} objects ...", file=sys.stderr, flush=True)
+        targets.populate(server, bucket, [f"big/n{i:06d}.md" for i in range(args.files)], b"x",
+                         threads=16)
+        proxy = stack.enter_context(S3Proxy(server))
+        mounts = Mounts(proxy.url, Path(tmp), clean=True)
+        try:
+            mnt = mounts.memfs("--metadata-ttl", args.ttl, bucket=bucket, log_level=None)
+            pid = mounts.mounts[-1].proc.pid
+            steps = [("view /memories/big",
+                      lambda: MemoryHandler(mnt).run({"command": "view",
+                                                      "path": "/memories/big"}))]
+            if not args.no_ls:
+                steps.append(("then ls -f big/ (all of it)", lambda: subprocess.run(
+                    ["ls", "-f", str(mnt / "big")], check=True, capture_output=True,
+                    text=True).stdout))
+            for name, fn in steps:
+                before = rss_mib(pid)
+                proxy.reset_counts()
+                t0 = time.monotonic()
+                out = fn()
+                seconds = time.monotonic() - t0
+                counts = {k: v for k, v in proxy.counts().items() if v}
+                tail = out.strip().splitlines()[-1] if name.startswith("view") else \
+                    f"{len(out.splitlines()) - 2:,} names"
+                rows.append((name, seconds, counts, before, rss_mib(pid), peak_rss_mib(pid),
+                             tail[:160]))
+                print(f"[planted] {name}: {seconds:.2f} s", file=sys.stderr, flush=True)
+        finally:
+            for problem in mounts.close():
+                print(f"[planted] {problem}", file=sys.stderr)
+    print(f"\nA planted directory of {args.files:,} entries on {args.endpoint or 'moto'} "
+          f"(load: {load})\n")
+    print("| step | wall s | S3 requests | daemon RSS before → after (VmHWM), MiB | answer |")
+    print("|---|---:|---|---|---|")
+    for name, seconds, counts, before, after, peak, tail in rows:
+        reqs = " ".join(f"{k} {v:,}" for k, v in sorted(counts.items()))
+        print(f"| {name} | {seconds:.2f} | {reqs} | {before:.0f} → {after:.0f} ({peak or 0:.0f})"
+              f" | {tail} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
