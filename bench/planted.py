@@ -45,24 +45,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket", help="a bucket on --endpoint (default: a new one)")
     parser.add_argument("--ttl", default="30", help="the mount's --metadata-ttl")
     parser.add_argument("--no-ls", action="store_true", help="only the view")
+    parser.add_argument("--no-proxy", action="store_true",
+                        help="mount the server itself: times without the counting proxy (which "
+                             "runs in this process, beside the handler), no request counts")
+    parser.add_argument("--planted", action="store_true",
+                        help="--bucket already holds the objects (from an earlier run)")
     args = parser.parse_args(argv)
     if reason := targets.memfs_available():
         print(f"planted: {reason}", file=sys.stderr)
         return 2
     with os.popen("uptime") as up:
         load = up.read().strip()
-    rows: list[tuple[str, float, dict[str, int], float, float, float | None, str]] = []
+    rows: list[tuple[str, str, float, dict[str, int], float, float, float | None, str]] = []
     with tempfile.TemporaryDirectory(prefix="memfs-planted-") as tmp, \
             contextlib.ExitStack() as stack:
         server = args.endpoint or stack.enter_context(targets.moto_server())
         bucket = args.bucket or f"planted-{int(time.time() * 1000) % 10**8}"
         if not args.bucket:
             targets.create_bucket(server, bucket)
-        print(f"[planted] planting {args.files:,} objects ...", file=sys.stderr, flush=True)
-        targets.populate(server, bucket, [f"big/n{i:06d}.md" for i in range(args.files)], b"x",
-                         threads=16)
+        if not args.planted:
+            print(f"[planted] planting {args.files:,} objects ...", file=sys.stderr, flush=True)
+            targets.populate(server, bucket, [f"big/n{i:06d}.md" for i in range(args.files)],
+                             b"x", threads=16)
         proxy = stack.enter_context(S3Proxy(server))
-        mounts = Mounts(proxy.url, Path(tmp), clean=True)
+        mounts = Mounts(server if args.no_proxy else proxy.url, Path(tmp), clean=True)
         try:
             mnt = mounts.memfs("--metadata-ttl", args.ttl, bucket=bucket, log_level=None)
             pid = mounts.mounts[-1].proc.pid
@@ -74,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                     ["ls", "-f", str(mnt / "big")], check=True, capture_output=True,
                     text=True).stdout))
             for name, fn in steps:
+                load = f"{os.getloadavg()[0]:.2f}"
                 before = rss_mib(pid)
                 proxy.reset_counts()
                 t0 = time.monotonic()
@@ -82,20 +89,21 @@ def main(argv: list[str] | None = None) -> int:
                 counts = {k: v for k, v in proxy.counts().items() if v}
                 tail = out.strip().splitlines()[-1] if name.startswith("view") else \
                     f"{len(out.splitlines()) - 2:,} names"
-                rows.append((name, seconds, counts, before, rss_mib(pid), peak_rss_mib(pid),
+                rows.append((name, load, seconds, counts, before, rss_mib(pid), peak_rss_mib(pid),
                              tail[:160]))
                 print(f"[planted] {name}: {seconds:.2f} s", file=sys.stderr, flush=True)
         finally:
             for problem in mounts.close():
                 print(f"[planted] {problem}", file=sys.stderr)
     print(f"\nA planted directory of {args.files:,} entries on {args.endpoint or 'moto'} "
-          f"(load: {load})\n")
-    print("| step | wall s | S3 requests | daemon RSS before → after (VmHWM), MiB | answer |")
-    print("|---|---:|---|---|---|")
-    for name, seconds, counts, before, after, peak, tail in rows:
+          f"(at the start: {load})\n")
+    print("| step | load before | wall s | S3 requests | daemon RSS before → after (VmHWM), MiB "
+          "| answer |")
+    print("|---|---:|---:|---|---|---|")
+    for name, step_load, seconds, counts, before, after, peak, tail in rows:
         reqs = " ".join(f"{k} {v:,}" for k, v in sorted(counts.items()))
-        print(f"| {name} | {seconds:.2f} | {reqs} | {before:.0f} → {after:.0f} ({peak or 0:.0f})"
-              f" | {tail} |")
+        memory = f"{before:.0f} → {after:.0f} ({peak or 0:.0f})"
+        print(f"| {name} | {step_load} | {seconds:.2f} | {reqs} | {memory} | {tail} |")
     return 0
 
 
