@@ -216,6 +216,8 @@ class DirSnapshot:
     stream: DirStream | None = None
     # Held while a page is fetched: two readdirs of one handle must not fetch the same page.
     lock: trio.Lock = field(default_factory=trio.Lock)
+    # How many of ``names`` the prefetch has recorded the order of (Prefetch.dir_page).
+    ordered: int = 0
 
 
 def mode_limit(allow_other: bool, file_mode: int, dir_mode: int) -> int | None:

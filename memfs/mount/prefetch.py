@@ -80,16 +80,23 @@ class Prefetch(ReadAhead):
         kernel reads a directory a page at a time: ``Namespace.dir_page``)."""
         page = await super().dir_page(fh, start)
         _inode, snap = self.handles.dirs[fh]
-        if start == 0 and snap is not None:
-            self._remember_order(snap.node.path,
-                                 [name for name in snap.names if name in snap.listing.files])
+        # A directory read page by page (its LIST streamed) gains names as the kernel reads on:
+        # those come after the ones already recorded.
+        if snap is not None and len(snap.names) > snap.ordered:
+            files = [name for name in snap.names[snap.ordered:] if name in snap.listing.files]
+            self._remember_order(snap.node.path, files, further=snap.ordered > 0)
+            snap.ordered = len(snap.names)
         return page
 
-    def _remember_order(self, directory: str, names: list[str]) -> None:
+    def _remember_order(self, directory: str, names: list[str], *, further: bool) -> None:
         if self._runs is None:
             self._runs = OrderedDict()
         run = self._runs.get(directory)
-        if run is None or run.names != names:
+        if further and run is not None:
+            for name in names:
+                run.index.setdefault(name, len(run.names))
+                run.names.append(name)
+        elif run is None or run.names != names:
             self._runs[directory] = DirRun(names)
         self._runs.move_to_end(directory)
         while len(self._runs) > RUNS:

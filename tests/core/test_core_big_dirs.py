@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 
 import trio
+import trio.testing
 
+from memfs.mount import namespace
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import ROOT_INODE, Kind
@@ -154,5 +156,40 @@ def test_a_readdir_that_stops_early_lists_only_the_pages_it_read() -> None:
         core.releasedir(fh)
         assert store.calls["LIST"] == 0  # the listing read to its end was installed
         core.check_invariants()
+
+    trio.run(main)
+
+
+def test_a_directory_read_page_by_page_is_still_fetched_ahead_in_order(monkeypatch) -> None:
+    """Files opened in readdir order past the first LIST page of a streamed directory are
+    fetched ahead (the prefetch learns the order as the pages come), each once."""
+    monkeypatch.setattr(namespace, "SMALL_FILE", 0)  # metadata by HEAD: no bytes cached at readdir
+    store = MemoryStore()
+    for i in range(1200):
+        store.put(f"big/f{i:05d}", b"%05d" % i, {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            core.nursery = nursery
+            big = await core.lookup(ROOT_INODE, "big")
+            assert big is not None
+            fh = await core.opendir(big.inode)
+            # (The handle stays open: its entries' nodes stand for the kernel's lookups.)
+            names = [n for n, _ in (await core.dir_entries(fh))[2:]]
+            assert len(names) == 1200 and store.calls["LIST"] == 3  # root + 2 pages
+            store.calls.clear()
+            for name in names[1100:1104]:  # in order, on the second page
+                node = await core.lookup(big.inode, name)
+                assert node is not None
+                opened = await core.open(node.inode, os.O_RDONLY, ME)
+                assert await core.read(opened.fh, 0, 10) == name[1:].encode()
+                await core.release(opened.fh)
+                await trio.testing.wait_all_tasks_blocked()
+            # The files after them were fetched ahead; no file twice.
+            assert store.calls["GET"] >= 4 + 8, dict(store.calls)
+            assert core.counters["prefetched"] >= 8
+            core.releasedir(fh)
+            core.nursery = None
 
     trio.run(main)
