@@ -4,11 +4,14 @@ as robust as botocore's (issue 29).
 boto3's ``put_object`` spends about 2.5 times the CPU of the request it sends, its
 ``delete_object`` and ``copy_object`` alike (``scripts/bench cpu``: event hooks, endpoint rules
 resolved again for every call, request and response models), and a memory command makes 0.65
-whole-object PUTs, 0.15 DELETEs and 0.10 COPYs. So the mount sends those (``Store.put``,
-``Store.delete``, ``Store.copy``) itself: the request botocore would send, signed as botocore's
-``S3SigV4Auth`` signs it (``memfs.s3.sigv4``: botocore's signer cost eight times as much), on a
-keep-alive connection pool of its own (``memfs.s3.http1``: urllib3 spent ten times the CPU of the
-exchange itself). Reads, listings and multipart uploads stay on boto3.
+whole-object PUTs, 0.15 DELETEs and 0.10 COPYs; ``get_object`` spends about 2 ms, and a
+directory's first readdir (its entries' metadata), a cold ``grep -r`` or the memory tool's view
+of a planted directory sends one per small file (issues 30, 33). So the mount sends those
+(``Store.put``, ``Store.delete``, ``Store.copy``, ``Store.get``) itself: the request botocore
+would send, signed as botocore's ``S3SigV4Auth`` signs it (``memfs.s3.sigv4``: botocore's
+signer cost eight times as much), on a keep-alive connection pool of its own (``memfs.s3.http1``:
+urllib3 spent ten times the CPU of the exchange itself). Ranged reads of big files
+(``memfs.s3.transfer``), HEADs, listings and multipart uploads stay on boto3.
 
 What the client does for these requests, and the rest of memfs relies on, is kept here; where
 botocore's own objects can do it, they do (``tests/core/test_direct_faults.py`` runs one fault
@@ -113,8 +116,8 @@ FindRegion = Callable[[], "str | None"]
 
 
 class DirectRequests:
-    """Signed PutObject, CopyObject and DeleteObject requests to one endpoint (thread-safe:
-    the core's worker threads call it at once)."""
+    """Signed PutObject, CopyObject, DeleteObject and GetObject requests to one endpoint
+    (thread-safe: the core's worker threads call it at once)."""
 
     def __init__(self, endpoint_url: str, region: str, credentials: Any, *,
                  max_attempts: int, connect_timeout: float, read_timeout: float,
@@ -185,6 +188,11 @@ class DirectRequests:
         root = ET.fromstring(resp.data)  # parsed before: _attempt retries what does not parse
         return root.findtext("ETag") or root.findtext(f"{{{_S3_NS}}}ETag") or ""
 
+    def get(self, bucket: str, key: str, headers: Mapping[str, str]) -> http1.Response:
+        """GET `key` (``headers``: its conditions); the 200 answer, its body read whole. A 304
+        is the ClientError botocore raises for it (code "304")."""
+        return self._send("GET", "GetObject", bucket, key, b"", headers)
+
     def _send(self, method: str, op: str, bucket: str, key: str, body: bytes,
               headers: Mapping[str, str]) -> http1.Response:
         """One call: attempts under botocore's standard retry policy, counted once; the 2xx
@@ -250,11 +258,12 @@ class DirectRequests:
                 endpoint_url=target.endpoint_url, error=exc) from exc
         if resp.status >= 300:
             return resp, _client_error(op, resp.status, resp.data, resp.headers)
-        if _is_error_document(resp.data):
+        if op != "GetObject" and _is_error_document(resp.data):
             # S3 may answer a copy 200 and then fail it in the body (it sends the status before
             # the copy is done), or the body may be cut short: botocore treats both as a 500,
             # retried, for every operation whose answer is XML (_handle_200_error); so does
-            # this (a PUT's or DELETE's answer has no body: nothing to parse).
+            # this (a PUT's or DELETE's answer has no body: nothing to parse; a GET's body is
+            # the object's bytes, whatever they look like).
             return resp, _client_error(op, 500, resp.data, resp.headers)
         return resp, None
 
@@ -374,7 +383,7 @@ def plan_direct_requests(client: Any, bucket: str | None = None, *, max_attempts
             max_connections=max_connections, ca_bundle=ca_bundle,
             retry_quota_checker=_client_retry_quota(client),
             operation_models={op: client.meta.service_model.operation_model(op)
-                              for op in ("PutObject", "CopyObject", "DeleteObject")},
+                              for op in ("PutObject", "CopyObject", "DeleteObject", "GetObject")},
             relocate=relocate, find_region=find_region)
     except (ssl.SSLError, OSError) as exc:
         raise ClientSetupError(f"{_ca_setting(ca_bundle or '')}: not a CA bundle "

@@ -16,11 +16,12 @@ timeouts), so an endpoint that is down becomes EIO after a bounded time instead 
 
 from __future__ import annotations
 
+import email.utils
 import errno
 import io
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +75,16 @@ class ListingPage:
 def _info_from_head(resp: dict, key: str) -> ObjectInfo:
     return info_from_metadata(int(resp.get("ContentLength", 0)), normal_etag(resp["ETag"]),
                               resp["LastModified"].timestamp(), resp.get("Metadata") or {}, key)
+
+
+def _info_from_headers(headers: Mapping[str, str], data: bytes, key: str) -> ObjectInfo:
+    """What ``_info_from_head`` reads of boto3's answer, from a direct GET's headers (names in
+    lower case): user metadata as botocore gives it (``x-amz-meta-`` removed), Last-Modified
+    parsed as botocore parses it."""
+    prefix = "x-amz-meta-"
+    meta = {k[len(prefix):]: v for k, v in headers.items() if k.startswith(prefix)}
+    modified = email.utils.parsedate_to_datetime(headers["last-modified"]).timestamp()
+    return info_from_metadata(len(data), normal_etag(headers.get("etag", "")), modified, meta, key)
 
 
 class Store:
@@ -149,8 +160,13 @@ class Store:
     def get(self, path: str, if_none_match: str | None = None) -> tuple[bytes, ObjectInfo]:
         """The object's bytes and attributes; NotModified if ``if_none_match`` is still current."""
         key = self.key(path)
-        kwargs = {"IfNoneMatch": self.caps.condition_etag(if_none_match)} if if_none_match else {}
+        condition = self.caps.condition_etag(if_none_match) if if_none_match else None
         try:
+            if self.direct is not None and sendable(key):
+                answer = self.direct.get(self.bucket, key, {} if condition is None else {
+                    "If-None-Match": condition})
+                return answer.data, _info_from_headers(answer.headers, answer.data, key)
+            kwargs = {} if condition is None else {"IfNoneMatch": condition}
             resp = self.client.get_object(Bucket=self.bucket, Key=key, **kwargs)
             data = resp["Body"].read()
         except botocore.exceptions.ClientError as exc:
