@@ -64,7 +64,7 @@ def agent(args: argparse.Namespace) -> int:
     elif args.leg.startswith("sdk"):
         call = w.sdk_tool(Path(args.root))
     else:
-        from memfs.handler import MemoryHandler
+        from memfs.memory import MemoryHandler
 
         call = MemoryHandler(args.root).run
     time.sleep(max(0.0, args.start - time.time()))
@@ -176,7 +176,7 @@ def run_leg(name: str, k: int, files: int, moto: str, proxy: S3Proxy, work: Path
 def expected_files(files: int) -> dict[str, bytes]:
     """What one agent's session must leave behind: the same session run by the memory handler
     on a local directory (relative path -> bytes)."""
-    from memfs.handler import MemoryHandler
+    from memfs.memory import MemoryHandler
 
     with tempfile.TemporaryDirectory() as tmp:
         handler = MemoryHandler(tmp)

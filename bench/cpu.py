@@ -44,7 +44,7 @@ from bench import targets
 from bench import workloads as w
 from bench.agents import cpu_seconds
 from bench.report import Table
-from memfs.handler import MemoryHandler
+from memfs.memory import MemoryHandler
 from memfs.s3 import http1
 from memfs.s3.client import make_client
 from memfs.s3.direct import make_direct_requests

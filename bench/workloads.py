@@ -244,7 +244,7 @@ def sdk_tool(base: Path) -> Callable[[Mapping[str, Any]], object]:
 
 def memfs_handler(base: Path) -> Callable[[Mapping[str, Any]], object]:
     """memfs's ``MemoryHandler`` with base/memories standing for /memories."""
-    from memfs.handler import MemoryHandler
+    from memfs.memory import MemoryHandler
 
     root = base / "memories"
     root.mkdir(exist_ok=True)
@@ -332,7 +332,7 @@ def scale_step(step: str, mnt: Path) -> Callable[[], None]:
         return lambda: _sh(["ls", "-l", str(d)])
 
     def view() -> None:
-        from memfs.handler import MemoryHandler
+        from memfs.memory import MemoryHandler
 
         MemoryHandler(str(d)).run({"command": "view", "path": "/memories"})
 

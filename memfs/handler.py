@@ -1,16 +1,16 @@
-"""``from memfs.handler import MemoryHandler, MemoryTool, CommandError, tool_result, serve_jsonl``.
+"""Deprecated: import from :mod:`memfs.memory` (``from memfs.memory import MemoryHandler``).
 
-The public names of the agent-side library, kept at the import path the README, the docs and
-existing agent code use. The code lives in :mod:`memfs.memory`; ``MemoryTool`` loads the optional
-``anthropic`` package only when first asked for.
+The agent-side library's names at the import path earlier releases documented; every name is
+``memfs.memory``'s own object. Importing this module warns once (``DeprecationWarning``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import warnings
+from typing import Any
 
 from memfs import memory
-from memfs.memory import (
+from memfs.memory import (  # noqa: F401 (re-exported)
     COMMANDS,
     DEFAULT_MAX_FILE_BYTES,
     CommandError,
@@ -19,21 +19,11 @@ from memfs.memory import (
     tool_result,
 )
 
-if TYPE_CHECKING:
-    from memfs.memory.sdk import MemoryTool
+warnings.warn("memfs.handler is deprecated: import the same names from memfs.memory",
+              DeprecationWarning, stacklevel=2)
 
-__all__ = [
-    "COMMANDS",
-    "DEFAULT_MAX_FILE_BYTES",
-    "CommandError",
-    "MemoryHandler",
-    "MemoryTool",
-    "serve_jsonl",
-    "tool_result",
-]
+__all__ = memory.__all__
 
 
 def __getattr__(name: str) -> Any:
-    if name == "MemoryTool":
-        return memory.MemoryTool  # imports `anthropic` on first use
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(memory, name)  # the names loaded on demand (MemoryTool, ...)

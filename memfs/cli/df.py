@@ -16,10 +16,10 @@ from typing import Any
 
 from memfs.cli.base import BUCKET_GROUP, Context, add_bucket_options, command, locate, on_bucket
 from memfs.cli.completion import DIRECTORY, complete_as
-from memfs.mount.quota import format_df, tally
 from memfs.ops.locate import Target
 from memfs.protocol import XATTR_USAGE
 from memfs.s3.bucket import Bucket
+from memfs.usage import format_df, tally
 
 #: Progress is shown once a walk is past this many pages (a prefix bigger than 10,000 objects).
 PROGRESS_AFTER_PAGES = 10

@@ -28,7 +28,8 @@ from memfs.cli.base import (
 )
 from memfs.cli.completion import DIRECTORY, FILE, complete_as
 from memfs.cli.fuse_conventions import SourceError, apply_options, parse_source
-from memfs.mount.config import ConfigError, MountConfig, default_cache_dir
+from memfs.locations import ConfigError, default_cache_dir
+from memfs.mount.config import MountConfig
 from memfs.private_dirs import private_dirs
 
 #: The daemon's log file, as ``memfs.mount.daemon.reopen_log`` reopens it on SIGHUP.

@@ -7,7 +7,7 @@ What it does, printing every step:
    optionally the endpoint, region and prefix options or their ``MEMFS_*`` twins) it uses that
    bucket instead, under a fresh ``memfs-demo/<id>/`` prefix unless a prefix is given.
 2. Session one: ``memfs mount`` on a temporary directory, then the real ``anthropic`` SDK's
-   ``tool_runner`` with :class:`memfs.handler.MemoryTool` talks to a scripted stand-in for the
+   ``tool_runner`` with :class:`memfs.memory.MemoryTool` talks to a scripted stand-in for the
    Messages API on loopback (``stub_messages``; no API key, no network). The
    "model" stores facts with the memory tool. Then ``memfs umount``: nothing is left locally.
 3. Session two: a fresh mount, a new client and runner. The model looks in its memory, and its

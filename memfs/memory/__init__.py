@@ -1,24 +1,31 @@
 """The agent-side library: Claude's memory tool on any directory (a memfs mount, or not).
 
+The one public import place::
+
+    from memfs.memory import MemoryHandler, MemoryTool, AsyncMemoryTool, serve_mcp
+
 Modules, from the outside in:
 
-* ``commands`` — ``MemoryHandler`` (the six commands and their result texts) and
-  ``tool_result()``;
+* ``commands`` — ``MemoryHandler`` (the commands and their result texts) and ``tool_result()``;
+* ``command_table`` — the command set, defined once: each command's fields, descriptions and
+  function; the input checks, the dispatcher, the MCP tool and the SDK tools derive from it;
 * ``jsonl`` — ``serve_jsonl()``, the JSON-lines protocol behind ``memfs handle``;
-* ``sdk`` — ``MemoryTool``, the Anthropic SDK adapter (the only module that imports
-  ``anthropic``; loaded here only when first asked for);
-* ``schema`` — which fields each command takes, and the input checks;
-* ``paths`` — the path walk under the root, never through a symlink (the security core);
-* ``files`` — reads, listings and removals on what the walk found;
-* ``atomic_write`` — all-or-nothing writes (one conditional PUT on a memfs mount);
-* ``view`` — formatting of view results; ``errors`` — ``CommandError`` and the wording of OS
-  errors; ``secrets_guard`` — refusing credential-looking content.
+* ``sdk`` — ``MemoryTool`` and ``async_tool`` — ``AsyncMemoryTool``, the Anthropic SDK adapters
+  (the only modules that import ``anthropic``; loaded here only when first asked for);
+* ``mcp_server`` — ``serve_mcp()`` and ``memfs mcp`` (imports ``mcp``, also loaded on demand);
+* ``schema`` — the input checks; ``paths`` — the path walk under the root, never through a
+  symlink (the security core); ``files`` — reads, listings and removals on what the walk found;
+  ``atomic_write`` — all-or-nothing writes (one conditional PUT on a memfs mount); ``edits`` —
+  str_replace and insert, re-applied after a lost race; ``view`` — formatting of view results;
+  ``errors`` — ``CommandError`` and the wording of OS errors; ``secrets_guard`` — refusing
+  credential-looking content.
 
-``memfs.handler`` re-exports the public names for existing imports.
+``memfs.handler`` is a deprecated alias of this package's public names.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from memfs.memory.commands import DEFAULT_MAX_FILE_BYTES, MemoryHandler, tool_result
@@ -27,23 +34,29 @@ from memfs.memory.jsonl import serve_jsonl
 from memfs.memory.schema import COMMANDS
 
 if TYPE_CHECKING:
+    from memfs.memory.async_tool import AsyncMemoryTool
+    from memfs.memory.mcp_server import serve_mcp
     from memfs.memory.sdk import MemoryTool
 
 __all__ = [
     "COMMANDS",
     "DEFAULT_MAX_FILE_BYTES",
+    "AsyncMemoryTool",
     "CommandError",
     "MemoryHandler",
     "MemoryTool",
     "serve_jsonl",
+    "serve_mcp",
     "tool_result",
 ]
 
+#: Names whose modules need an optional package (``anthropic``, ``mcp``): imported when asked for.
+_ON_DEMAND = {"MemoryTool": "memfs.memory.sdk", "AsyncMemoryTool": "memfs.memory.async_tool",
+              "serve_mcp": "memfs.memory.mcp_server"}
+
 
 def __getattr__(name: str) -> Any:
-    # MemoryTool needs the optional `anthropic` package: import it only when asked for.
-    if name == "MemoryTool":
-        from memfs.memory.sdk import MemoryTool
-
-        return MemoryTool
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _ON_DEMAND.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -31,18 +31,10 @@ from memfs.extras import missing_extra
 
 try:
     from anthropic.lib.tools import BetaAsyncAbstractMemoryTool, BetaFunctionToolResultType
-    from anthropic.types.beta import (
-        BetaCacheControlEphemeralParam,
-        BetaMemoryTool20250818CreateCommand,
-        BetaMemoryTool20250818DeleteCommand,
-        BetaMemoryTool20250818InsertCommand,
-        BetaMemoryTool20250818RenameCommand,
-        BetaMemoryTool20250818StrReplaceCommand,
-        BetaMemoryTool20250818ViewCommand,
-    )
+    from anthropic.types.beta import BetaCacheControlEphemeralParam
 except ModuleNotFoundError as exc:  # the optional extra: say how to install it
-    raise missing_extra(exc, "memfs.memory.async_tool.AsyncMemoryTool") from None
-from memfs.handler import MemoryTool
+    raise missing_extra(exc, "memfs.memory.AsyncMemoryTool") from None
+from memfs.memory.sdk import MemoryTool
 
 __all__ = ["AsyncMemoryTool"]
 
@@ -135,33 +127,11 @@ class AsyncMemoryTool(BetaAsyncAbstractMemoryTool):
         # The raw input, not the SDK's parsed model: the handler's checks word the errors.
         return await self._in_thread(self._sync.call, input)
 
-    async def view(self, command: BetaMemoryTool20250818ViewCommand) -> BetaFunctionToolResultType:
-        return await self._in_thread(self._sync.view, command)
+    async def _run(self, command: Any) -> BetaFunctionToolResultType:
+        return await self._in_thread(self._sync._run, command)
 
-    async def create(
-        self, command: BetaMemoryTool20250818CreateCommand
-    ) -> BetaFunctionToolResultType:
-        return await self._in_thread(self._sync.create, command)
-
-    async def str_replace(
-        self, command: BetaMemoryTool20250818StrReplaceCommand
-    ) -> BetaFunctionToolResultType:
-        return await self._in_thread(self._sync.str_replace, command)
-
-    async def insert(
-        self, command: BetaMemoryTool20250818InsertCommand
-    ) -> BetaFunctionToolResultType:
-        return await self._in_thread(self._sync.insert, command)
-
-    async def delete(
-        self, command: BetaMemoryTool20250818DeleteCommand
-    ) -> BetaFunctionToolResultType:
-        return await self._in_thread(self._sync.delete, command)
-
-    async def rename(
-        self, command: BetaMemoryTool20250818RenameCommand
-    ) -> BetaFunctionToolResultType:
-        return await self._in_thread(self._sync.rename, command)
+    # The SDK's method per memory_20250818 command, each handing it on as `call` does.
+    view = create = str_replace = insert = delete = rename = _run
 
     async def clear_all_memory(self) -> BetaFunctionToolResultType:
         return await self._in_thread(self._sync.clear_all_memory)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from memfs.memory import edits, files, names, secrets_guard, view
+from memfs.memory import command_table, files, names, secrets_guard, view
 from memfs.memory.atomic_write import (
     Edit,
     rename_noreplace,
@@ -93,14 +93,6 @@ class MemoryHandler:
         self.max_file_bytes = max_file_bytes
         self.secrets_guard = secrets_guard
         self.agent_id = agent_id or None
-        self._dispatch: dict[str, Callable[[dict[str, Any]], Content]] = {
-            "view": self._view,
-            "create": self._create,
-            "str_replace": lambda f: edits.str_replace(self, f),
-            "insert": lambda f: edits.insert(self, f),
-            "delete": self._delete,
-            "rename": self._rename,
-        }
 
     # -- entry points ----------------------------------------------------------------------
 
@@ -123,15 +115,16 @@ class MemoryHandler:
 
     def _execute(self, command: Mapping[str, Any]) -> Content:
         name, fields = validate(command)
+        spec = command_table.COMMANDS[name]  # what runs it: the table's entry (one place)
         display = fields.get("path") or fields.get("old_path") or ""
         try:
-            return self._dispatch[name](fields)
+            return spec.run(self, fields)
         except PathNotDirectory:
             raise files.missing(display, name) from None
         except PathMissing:
             raise files.missing(display, name) from None
         except OSError as err:
-            raise os_error(_ACTIONS[name], display, err) from err
+            raise os_error(spec.action, display, err) from err
 
     def run(self, command: Mapping[str, Any]) -> str:
         """Run one command; return the text for Claude (an image view returns its caption)."""
@@ -362,16 +355,6 @@ class MemoryHandler:
             except FileNotFoundError:
                 raise files.missing(src.display, "rename") from None
         return f"Successfully renamed {src.display} to {dst.display}"
-
-
-_ACTIONS = {
-    "view": "view",
-    "create": "create",
-    "str_replace": "edit",
-    "insert": "edit",
-    "delete": "delete",
-    "rename": "rename",
-}
 
 
 def _block_field(block: Any, name: str) -> Any:

@@ -13,14 +13,14 @@ run the Messages API's built-in memory tool themselves:
 (``python -m memfs.memory.mcp_server`` is the same program.) The options are the handler's
 (``memfs.memory.options``, shared with ``memfs handle``).
 
-The tool's input schema is the memory tool's (`command` and the fields of the six commands,
-`INPUT_SCHEMA`), every call goes to `MemoryHandler.execute` unchanged, and the result is the
-handler's exact text (an image view adds an MCP image block after its caption). A refused command
-is an MCP tool error (`isError: true`) whose text is the handler's exact error text; the server
-does not validate arguments against the schema itself, so even malformed input gets the handler's
-wording. Commands run in worker threads; a cancelled request still waits for its command to
-finish (the handler's writes are all-or-nothing), so a cancelled write leaves the old or the new
-file and may have been applied.
+The tool's input schema is the memory tool's (`command` and the fields of the six commands, derived
+from `memfs.memory.command_table`), every call goes to `MemoryHandler.execute` unchanged, and the
+result is the handler's exact text (an image view adds an MCP image block after its caption). A
+refused command is an MCP tool error (`isError: true`) whose text is the handler's exact error
+text; the server does not validate arguments against the schema itself, so even malformed input
+gets the handler's wording. Commands run in worker threads; a cancelled request still waits for its
+command to finish (the handler's writes are all-or-nothing), so a cancelled write leaves the old or
+the new file and may have been applied.
 
 Built on the official `mcp` SDK's low-level `Server` (exact control of the schema), and works
 with both of its major versions: 1.x registers handlers with decorators, 2.x in the constructor.
@@ -42,7 +42,9 @@ import anyio.to_thread
 import mcp.types as types
 from mcp.server.lowlevel import Server
 
-from memfs.handler import CommandError, MemoryHandler
+from memfs.memory import command_table
+from memfs.memory.commands import MemoryHandler
+from memfs.memory.errors import CommandError
 from memfs.memory.mcp_auth import (
     AuthSetupError,
     BearerAuth,
@@ -52,65 +54,16 @@ from memfs.memory.mcp_auth import (
 )
 from memfs.memory.options import add_mcp_options, check_root, handler_options
 
-__all__ = ["DESCRIPTION", "INPUT_SCHEMA", "TOOL_NAME", "MemoryToolService", "build_server", "main"]
+__all__ = ["DESCRIPTION", "INPUT_SCHEMA", "TOOL_NAME", "MemoryToolService", "build_server", "main",
+           "serve_mcp"]
 
 PROG = "memfs mcp"
 TOOL_NAME = "memory"
-COMMANDS = ["view", "create", "str_replace", "insert", "delete", "rename"]
-
-DESCRIPTION = (
-    "Persistent memory: a directory of text files under /memories that outlives this "
-    "conversation (and may be shared with other agents). Check it before starting a task, and "
-    "record progress, decisions and lessons as you go; keep it organised and up to date.\n"
-    "Commands (every path starts with /memories):\n"
-    "- view: a directory listing (two levels deep), or a text file with line numbers; "
-    "view_range [first, last] shows only those lines (last -1 = to the end).\n"
-    "- create: write file_text to path, creating parent directories or replacing the file.\n"
-    "- str_replace: replace old_str, which must occur exactly once in the file, with new_str.\n"
-    "- insert: insert insert_text after line insert_line (0 = at the top).\n"
-    "- delete: delete a file or a whole directory.\n"
-    "- rename: move old_path to new_path (never overwrites an existing path).\n"
-    "Edits are all-or-nothing; if another writer changed a file meanwhile the command is "
-    "refused: view the file again and retry."
-)
-
-#: The memory tool's input (`memory_20250818`): `command` plus each command's fields.
-INPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "command": {"type": "string", "enum": COMMANDS, "description": "The operation."},
-        "path": {
-            "type": "string",
-            "description": "view, create, str_replace, insert, delete: a path under /memories, "
-                           "e.g. /memories/notes.md.",
-        },
-        "view_range": {
-            "type": "array",
-            "items": {"type": "integer"},
-            "minItems": 2,
-            "maxItems": 2,
-            "description": "view (optional, files only): [first, last] line, 1-based and "
-                           "inclusive; last -1 means to the end of the file.",
-        },
-        "file_text": {"type": "string", "description": "create: the whole content of the file."},
-        "old_str": {
-            "type": "string",
-            "description": "str_replace: the exact text to replace; it must occur exactly once.",
-        },
-        "new_str": {
-            "type": "string",
-            "description": "str_replace: the replacement text (empty or omitted to delete).",
-        },
-        "insert_line": {
-            "type": "integer",
-            "description": "insert: the line after which to insert (0 = before the first line).",
-        },
-        "insert_text": {"type": "string", "description": "insert: the text to insert."},
-        "old_path": {"type": "string", "description": "rename: the file or directory to move."},
-        "new_path": {"type": "string", "description": "rename: where to move it."},
-    },
-    "required": ["command"],
-}
+#: What MCP clients read, derived from the command table (`memfs.memory.command_table`): the
+#: values at import; a server made later reads the table again.
+COMMANDS = list(command_table.names())
+DESCRIPTION = command_table.mcp_description()
+INPUT_SCHEMA: dict[str, Any] = command_table.mcp_input_schema()
 
 Content = list[types.TextContent | types.ImageContent]
 
@@ -122,8 +75,9 @@ class MemoryToolService:
     def __init__(self, root: str | os.PathLike[str], **options: Any) -> None:
         """`options` are `MemoryHandler`'s (max_file_bytes, secrets_guard, agent_id, shared)."""
         self.handler = MemoryHandler(root, **options)
-        self.tool = types.Tool(name=TOOL_NAME, description=DESCRIPTION,  # type: ignore[call-arg]
-                               inputSchema=INPUT_SCHEMA)
+        self.tool = types.Tool(  # type: ignore[call-arg]
+            name=TOOL_NAME, description=command_table.mcp_description(),
+            inputSchema=command_table.mcp_input_schema())
 
     async def call(self, name: str, arguments: Mapping[str, Any] | None) -> tuple[Content, bool]:
         if name != TOOL_NAME:
@@ -195,6 +149,13 @@ def build_server(service: MemoryToolService) -> Server:
 
     return Server("memfs", version=_version(), instructions=instructions,  # type: ignore[call-arg]
                   on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+
+
+def serve_mcp(root: str | os.PathLike[str], **options: Any) -> None:
+    """Serve the `memory` tool on ``root`` over stdio until the client hangs up: the library
+    form of ``memfs mcp --root ROOT`` (for HTTP, with its token or socket, use the command).
+    ``options`` are ``MemoryHandler``'s (max_file_bytes, secrets_guard, agent_id, shared)."""
+    anyio.run(serve_stdio, build_server(MemoryToolService(root, **options)))
 
 
 async def serve_stdio(server: Server) -> None:

@@ -1,8 +1,8 @@
 """The input schema of Claude's memory commands, and the checks that word a bad input for Claude.
 
-Owns which fields each of the six commands takes (their JSON types, which are required) and
-`validate()`, which turns any decoded JSON value into a command name and its fields — or raises
-`CommandError` with a sentence Claude can act on. Nothing here touches the filesystem.
+Owns `validate()`, which turns any decoded JSON value into a command name and its fields — or
+raises `CommandError` with a sentence Claude can act on — by the fields, JSON types and required
+flags `memfs.memory.command_table` gives each command. Nothing here touches the filesystem.
 """
 
 from __future__ import annotations
@@ -10,31 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from memfs.memory import command_table
 from memfs.memory.errors import CommandError
 
-_REQUIRED, _OPTIONAL = True, False
-#: command -> field -> (JSON type name, required)
-_FIELDS: dict[str, dict[str, tuple[str, bool]]] = {
-    "view": {"path": ("string", _REQUIRED), "view_range": ("array", _OPTIONAL)},
-    "create": {
-        "path": ("string", _REQUIRED),
-        "file_text": ("string", _REQUIRED),
-        "exclusive": ("boolean", _OPTIONAL),
-    },
-    "str_replace": {
-        "path": ("string", _REQUIRED),
-        "old_str": ("string", _REQUIRED),
-        "new_str": ("string", _OPTIONAL),
-    },
-    "insert": {
-        "path": ("string", _REQUIRED),
-        "insert_line": ("integer", _REQUIRED),
-        "insert_text": ("string", _REQUIRED),
-    },
-    "delete": {"path": ("string", _REQUIRED)},
-    "rename": {"old_path": ("string", _REQUIRED), "new_path": ("string", _REQUIRED)},
-}
-COMMANDS = tuple(_FIELDS)
+#: The command names at import (the six of `memory_20250818`); the checks read the table itself.
+COMMANDS = command_table.names()
 #: Integers (`insert_line`, `view_range` items) beyond this magnitude are refused before use, so no
 #: message ever formats a 5,000-digit number (Python refuses to, with ValueError).
 MAX_INT = 10**15
@@ -67,19 +47,20 @@ def validate(command: object) -> tuple[str, dict[str, Any]]:
     if not isinstance(command, Mapping):
         raise CommandError(f"The memory command must be a JSON object, got {json_type(command)}.")
     name = command.get("command")
-    expected = ", ".join(COMMANDS)
+    expected = ", ".join(command_table.names())
     if name is None:
         raise CommandError(f"Missing required parameter `command`. Expected one of: {expected}.")
     if not isinstance(name, str):
         raise CommandError(f"Parameter `command` must be a string, got {json_type(name)}.")
-    fields = _FIELDS.get(name)
-    if fields is None:
+    spec = command_table.COMMANDS.get(name)
+    if spec is None:
         shown = name if len(name) <= _SHOWN else name[:_SHOWN] + "..."
         raise CommandError(f"Unknown command `{shown!a}`. Expected one of: {expected}."
                            if not shown.isprintable() else
                            f"Unknown command `{shown}`. Expected one of: {expected}.")
     out: dict[str, Any] = {}
-    for field, (kind, required) in fields.items():
+    for field, required in spec.fields:
+        kind = command_table.FIELDS[field].type
         value = command.get(field)
         if value is None:
             if required:

@@ -20,17 +20,9 @@ try:
         BetaFunctionToolResultType,
         ToolError,
     )
-    from anthropic.types.beta import (
-        BetaCacheControlEphemeralParam,
-        BetaMemoryTool20250818CreateCommand,
-        BetaMemoryTool20250818DeleteCommand,
-        BetaMemoryTool20250818InsertCommand,
-        BetaMemoryTool20250818RenameCommand,
-        BetaMemoryTool20250818StrReplaceCommand,
-        BetaMemoryTool20250818ViewCommand,
-    )
+    from anthropic.types.beta import BetaCacheControlEphemeralParam
 except ModuleNotFoundError as exc:  # the optional extra: say how to install it
-    raise missing_extra(exc, "memfs.handler.MemoryTool") from None
+    raise missing_extra(exc, "memfs.memory.MemoryTool") from None
 from memfs.memory.commands import DEFAULT_MAX_FILE_BYTES, MemoryHandler
 from memfs.memory.errors import CommandError
 from memfs.mountinfo import require_memfs
@@ -81,28 +73,13 @@ class MemoryTool(BetaAbstractMemoryTool):
             raise ToolError(str(err)) from None
 
     def call(self, input: object) -> BetaFunctionToolResultType:
-        # The raw input, not the SDK's parsed model: our checks word the errors for Claude.
+        # The raw input, not the SDK's parsed model: our checks word the errors for Claude. Every
+        # command of the table (memfs.memory.command_table) arrives here, new ones too.
         return self._run(input)
 
-    def view(self, command: BetaMemoryTool20250818ViewCommand) -> BetaFunctionToolResultType:
-        return self._run(command)
-
-    def create(self, command: BetaMemoryTool20250818CreateCommand) -> BetaFunctionToolResultType:
-        return self._run(command)
-
-    def str_replace(
-        self, command: BetaMemoryTool20250818StrReplaceCommand
-    ) -> BetaFunctionToolResultType:
-        return self._run(command)
-
-    def insert(self, command: BetaMemoryTool20250818InsertCommand) -> BetaFunctionToolResultType:
-        return self._run(command)
-
-    def delete(self, command: BetaMemoryTool20250818DeleteCommand) -> BetaFunctionToolResultType:
-        return self._run(command)
-
-    def rename(self, command: BetaMemoryTool20250818RenameCommand) -> BetaFunctionToolResultType:
-        return self._run(command)
+    # The SDK's method per memory_20250818 command (its `execute` of a parsed command calls
+    # them): each hands the command to the handler as it is, like `call`.
+    view = create = str_replace = insert = delete = rename = _run
 
     def clear_all_memory(self) -> BetaFunctionToolResultType:
         self.handler.clear_all()

@@ -25,9 +25,10 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+from memfs.locations import default_cache_dir
 from memfs.mount import sdnotify
 from memfs.mount.cachetrust import CacheRefused
-from memfs.mount.config import MountConfig, default_cache_dir
+from memfs.mount.config import MountConfig
 from memfs.mount.fs import MemFS
 from memfs.mount.quota import Usage
 from memfs.mountinfo import is_mountpoint

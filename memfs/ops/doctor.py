@@ -241,7 +241,7 @@ def check_clock(s: Setup) -> Check:
 
 def check_cache_dir(s: Setup) -> Check:
     if s.cache_dir is None:
-        from memfs.mount.config import default_cache_dir
+        from memfs.locations import default_cache_dir
 
         s.cache_dir = default_cache_dir()
     place = s.cache_dir

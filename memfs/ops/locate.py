@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memfs.mount.config import ConfigError, check_bucket, check_endpoint_url, normalize_prefix
+from memfs.locations import ConfigError, check_bucket, check_endpoint_url, normalize_prefix
 from memfs.mountinfo import MOUNTINFO, MountEntry, mount_entries
 from memfs.ops.errors import OpError
 from memfs.protocol import FSTYPE as MEMFS_FSTYPE

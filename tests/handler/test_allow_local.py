@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from memfs.handler import MemoryHandler, MemoryTool
+from memfs.memory import MemoryHandler, MemoryTool
 from memfs.memory.async_tool import AsyncMemoryTool
 from memfs.mountinfo import NotOnMemfs
 

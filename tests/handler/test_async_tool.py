@@ -26,7 +26,7 @@ from anthropic.types.beta import (
 )
 
 from memfs.demo.stub_messages import StubMessagesServer
-from memfs.handler import CommandError, MemoryHandler, MemoryTool
+from memfs.memory import CommandError, MemoryHandler, MemoryTool
 from memfs.memory.async_tool import AsyncMemoryTool
 from tests.conftest import BUCKET
 from tests.handler.test_handler_sdk import MODEL, PREFS, SESSION_ONE, session_one_results

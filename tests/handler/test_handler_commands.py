@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from memfs.handler import CommandError, MemoryHandler, serve_jsonl, tool_result
-from memfs.memory import atomic_write
+from memfs.memory import CommandError, MemoryHandler, atomic_write, serve_jsonl, tool_result
 from memfs.memory.view import VIEW_CHAR_LIMIT
 from tests.handler.test_handler_support import tree
 

@@ -11,7 +11,7 @@ from typing import Any
 from anthropic.lib.tools._beta_builtin_memory_tool import BetaLocalFilesystemMemoryTool
 from hypothesis import HealthCheck, given, settings
 
-from memfs.handler import MemoryHandler
+from memfs.memory import MemoryHandler
 from tests.handler.test_handler_support import compare_with_sdk, run_ours, run_sdk, sequences, tree
 
 

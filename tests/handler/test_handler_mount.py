@@ -12,8 +12,7 @@ from typing import Any
 from anthropic.lib.tools._beta_builtin_memory_tool import BetaLocalFilesystemMemoryTool
 from hypothesis import HealthCheck, given, settings
 
-from memfs.handler import MemoryHandler
-from memfs.memory import atomic_write
+from memfs.memory import MemoryHandler, atomic_write
 from tests.conftest import BUCKET
 from tests.handler.test_handler_sdk import PREFS, check_two_sessions
 from tests.handler.test_handler_support import (

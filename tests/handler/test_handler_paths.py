@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from memfs.handler import CommandError, MemoryHandler
+from memfs.memory import CommandError, MemoryHandler
 from memfs.memory.paths import parse
 
 SECRET = "SECRET-CONTENT"

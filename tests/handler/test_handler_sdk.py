@@ -16,7 +16,7 @@ import pytest
 from anthropic.lib.tools import BetaAbstractMemoryTool
 
 from memfs.demo.stub_messages import StubMessagesServer
-from memfs.handler import MemoryTool
+from memfs.memory import MemoryTool
 
 MODEL = "claude-stub-model"
 

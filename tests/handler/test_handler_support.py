@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from memfs.handler import CommandError, MemoryHandler
+from memfs.memory import CommandError, MemoryHandler
 
 # A small namespace, so that commands collide: same files, files vs directories, nesting.
 NAMES = ["/memories/a", "/memories/b.md", "/memories/a/x.md", "/memories/a/b", "/memories/a/b/y.md",

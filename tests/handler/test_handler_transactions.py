@@ -15,8 +15,7 @@ import pytest
 
 import memfs.memory.commands as handler_module
 import memfs.memory.edits as edits_module
-from memfs.handler import CommandError, MemoryHandler
-from memfs.memory import atomic_write
+from memfs.memory import CommandError, MemoryHandler, atomic_write
 from memfs.protocol import XATTR_STATS
 from tests.conftest import BUCKET
 from tests.handler.test_handler_commands import err, tree

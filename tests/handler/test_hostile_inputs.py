@@ -7,6 +7,7 @@ MEMFS_FUZZ_LINES to change the count.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -18,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memfs.memory import command_table
 from memfs.memory.commands import MemoryHandler
 from memfs.memory.errors import CommandError
 from memfs.memory.jsonl import max_line_bytes, serve_jsonl
@@ -101,10 +103,11 @@ def test_lone_surrogate_path_is_refused_in_words(root: Path) -> None:
 def test_a_bug_becomes_one_error_text(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     h = MemoryHandler(root)
 
-    def boom(_f: Any) -> Any:
+    def boom(_h: Any, _f: Any) -> Any:
         raise KeyError("bug")
 
-    monkeypatch.setitem(h._dispatch, "view", boom)
+    view = command_table.COMMANDS["view"]
+    monkeypatch.setitem(command_table.COMMANDS, "view", dataclasses.replace(view, run=boom))
     with pytest.raises(CommandError, match="failed unexpectedly"):
         h.run({"command": "view", "path": "/memories"})
 

@@ -25,8 +25,7 @@ import requests
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from memfs.handler import CommandError, MemoryHandler
-from memfs.memory import mcp_server
+from memfs.memory import CommandError, MemoryHandler, mcp_server
 from tests.handler.test_handler_paths import LEAK_MARKERS, PAYLOADS, _commands
 from tests.support.agents import s3_objects
 

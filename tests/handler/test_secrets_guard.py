@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memfs.handler import CommandError, MemoryHandler, serve_jsonl
-from memfs.memory import secrets_guard
+from memfs.memory import CommandError, MemoryHandler, secrets_guard, serve_jsonl
 from tests.conftest import memfs_cmd
 
 

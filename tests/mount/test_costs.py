@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from memfs.handler import MemoryHandler
+from memfs.memory import MemoryHandler
 from tests.support.s3proxy import S3Proxy
 
 

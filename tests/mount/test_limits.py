@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memfs.handler import CommandError, MemoryHandler
+from memfs.memory import CommandError, MemoryHandler
 from tests.conftest import BUCKET
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memfs.handler import MemoryHandler
+from memfs.memory import MemoryHandler
 from tests.conftest import BUCKET
 from tests.support.s3proxy import S3Proxy
 

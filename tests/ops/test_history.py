@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from memfs.cli.history import main_history, main_log, main_restore
-from memfs.handler import MemoryHandler
+from memfs.memory import MemoryHandler
 from memfs.ops import history
 from memfs.ops.history import Version
 from tests.conftest import BUCKET, memfs_cmd

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memfs.handler import MemoryHandler
+from memfs.memory import MemoryHandler
 from tests.support.s3proxy import S3Proxy
 
 NAMES = {"ListObjectsV2": "LIST", "PutObject": "PUT", "GetObject": "GET", "CopyObject": "COPY",

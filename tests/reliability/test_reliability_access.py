@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from memfs.handler import MemoryHandler
+from memfs.memory import MemoryHandler
 from tests.conftest import BUCKET
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from memfs.handler import MemoryHandler
+from memfs.memory import MemoryHandler
 from tests.conftest import BUCKET
 from tests.support.agents import (
     SoloAgent,

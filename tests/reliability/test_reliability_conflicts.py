@@ -14,7 +14,7 @@ import os
 import pytest
 
 import memfs.memory.edits as handler_module
-from memfs.handler import CommandError, MemoryHandler
+from memfs.memory import CommandError, MemoryHandler
 from tests.conftest import BUCKET
 from tests.support.agents import (
     Stats,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from memfs.handler import CommandError, MemoryHandler
+from memfs.memory import CommandError, MemoryHandler
 from tests.conftest import BUCKET, is_mounted
 from tests.support.agents import memory_objects, s3_objects
 from tests.support.s3proxy import STALL, Faults, S3Proxy

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from memfs.handler import CommandError, MemoryHandler
+from memfs.memory import CommandError, MemoryHandler
 from memfs.s3.client import make_client
 from tests.conftest import BUCKET
 from tests.support.agents import (

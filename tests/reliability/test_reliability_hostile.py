@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from memfs.handler import CommandError, MemoryHandler
+from memfs.memory import CommandError, MemoryHandler
 from tests.conftest import BUCKET
 from tests.handler.test_handler_paths import LEAK_MARKERS, PAYLOADS, _commands
 from tests.support.agents import s3_objects

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memfs.handler import MemoryHandler
+from memfs.memory import MemoryHandler
 from tests.conftest import BUCKET
 from tests.support.agents import SoloAgent, Stats, check_solo, run_threads, s3_objects, vm_hwm_kb
 

@@ -4,7 +4,7 @@ This module owns the workloads and their bookkeeping, nothing else (no mounts, n
 
 * :class:`SoloAgent` — one memory-tool session in its own directory ``/memories/<name>/``:
   seeded random ``create``/``str_replace``/``insert``/``view``/``delete``/``rename`` commands
-  through :class:`~memfs.handler.MemoryHandler`. It keeps a model of what was *acknowledged*.
+  through :class:`~memfs.memory.MemoryHandler`. It keeps a model of what was *acknowledged*.
   Every view is compared with the model (read-your-writes). A failed write leaves the touched paths
   *uncertain* ({before, after}); the agent re-views them, as Claude is told to. If one turns out
   to hold the *after* state, the write landed although the command reported an error:
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memfs.handler import CommandError, MemoryHandler
+from memfs.memory import CommandError, MemoryHandler
 
 ROOT = "/memories"
 CONFLICT_PREFIX = ".memfs-conflicts/"

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memfs.handler import MemoryHandler
+from memfs.memory import MemoryHandler
 from tests.support.agents import (
     SoloAgent,
     Stats,

@@ -120,7 +120,7 @@ def test_scripts_install_puts_memfs_its_man_page_and_units_in_place(wheel: Path,
 
     # Without extras: one line with the pip install command, never a traceback.
     python = tmp_path / "opt" / "bin" / "python"
-    for code, extra in (("from memfs.handler import MemoryTool", "anthropic"),
+    for code, extra in (("from memfs.memory import MemoryTool", "anthropic"),
                         ("from memfs.memory.async_tool import AsyncMemoryTool", "anthropic")):
         r = run(python, "-c", code, cwd=tmp_path, check=False)
         assert r.returncode == 1

@@ -20,10 +20,10 @@ def without(modules: list[str], code: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(("code", "what"), [
-    ("from memfs.handler import MemoryTool", "memfs.handler.MemoryTool"),
-    ("from memfs.memory import MemoryTool", "memfs.handler.MemoryTool"),
-    ("from memfs.memory.async_tool import AsyncMemoryTool",
-     "memfs.memory.async_tool.AsyncMemoryTool"),
+    ("from memfs.handler import MemoryTool", "memfs.memory.MemoryTool"),
+    ("from memfs.memory import MemoryTool", "memfs.memory.MemoryTool"),
+    ("from memfs.memory import AsyncMemoryTool", "memfs.memory.AsyncMemoryTool"),
+    ("from memfs.memory.async_tool import AsyncMemoryTool", "memfs.memory.AsyncMemoryTool"),
 ])
 def test_sdk_tools_without_anthropic_say_which_extra(code: str, what: str) -> None:
     r = without(["anthropic"], code)
@@ -34,7 +34,7 @@ def test_sdk_tools_without_anthropic_say_which_extra(code: str, what: str) -> No
 
 
 def test_the_handler_needs_no_extra() -> None:
-    r = without(["anthropic", "mcp", "moto"], "from memfs.handler import MemoryHandler")
+    r = without(["anthropic", "mcp", "moto"], "from memfs.memory import MemoryHandler")
     assert r.returncode == 0, r.stderr
 
 

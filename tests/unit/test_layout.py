@@ -4,7 +4,10 @@
   operator tools; only its adapter (``fs``) and lifecycle (``daemon``) know pyfuse3, so the core
   runs without a kernel (tests/core).
 * ``memfs.memory`` (runs inside the agent's process) imports nothing of the mount, the operator
-  tools or the command line.
+  tools or the command line, nor the deprecated ``memfs.handler`` alias.
+* Only the command line (``memfs.cli``) imports ``memfs.mount``; what two programs share lives in
+  a neutral module (``memfs.locations``, ``memfs.usage``).
+* Only ``memfs.s3`` imports boto3/botocore, and it imports none of the programs.
 * No module is over 500 lines, and module-level imports form no cycle.
 """
 
@@ -100,6 +103,21 @@ def test_the_agent_library_stands_alone(module: str) -> None:
     names = imports(module, top_level_only=False)
     assert not under(names, "memfs.mount", "memfs.ops", "memfs.cli")
     assert "pyfuse3" not in names
+    # Its public names live in memfs.memory; memfs.handler is the deprecated alias of them,
+    # never a way in for the package itself.
+    assert not under(names, "memfs.handler"), f"{module} imports the deprecated alias"
+
+
+#: Only the command line starts the daemon, so only it (and the mount itself) may import the
+#: mount; helpers two programs share live in a neutral module (memfs.locations, memfs.usage).
+MAY_IMPORT_THE_MOUNT = ("memfs.mount", "memfs.cli")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not under(
+    {m}, *MAY_IMPORT_THE_MOUNT)))
+def test_only_the_command_line_imports_the_mount(module: str) -> None:
+    names = imports(module, top_level_only=False)
+    assert not under(names, "memfs.mount"), f"{module} imports {under(names, 'memfs.mount')}"
 
 
 #: Every request memfs sends is in ``memfs.s3``: nothing else imports boto3 or botocore.
