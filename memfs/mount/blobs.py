@@ -192,10 +192,7 @@ class Blob:
         nothing, even past the end (POSIX)."""
         if not buf:
             return
-        written = 0
-        view = memoryview(buf)
-        while written < len(buf):
-            written += os.pwrite(self.fd, view[written:], off + written)
+        self.store(off, buf)
         end = off + len(buf)
         if off > self.size:
             self.present.add(self.size, off)  # the hole a write past the end leaves is zeros
@@ -204,11 +201,16 @@ class Blob:
 
     def fill(self, off: int, data: bytes) -> None:
         """Bytes fetched for this blob's own version: the same content, now held."""
+        self.store(off, data)
+        self.present.add(off, off + len(data))
+
+    def store(self, off: int, data: bytes) -> None:
+        """Put ``data`` in the file at ``off``, without recording it as held (``write`` and
+        ``fill`` do): threads filling disjoint spans may store at once."""
         written = 0
         view = memoryview(data)
         while written < len(data):
             written += os.pwrite(self.fd, view[written:], off + written)
-        self.present.add(off, off + len(data))
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)

@@ -26,7 +26,7 @@ import pyfuse3
 import trio
 
 from memfs.locations import default_cache_dir
-from memfs.mount import sdnotify
+from memfs.mount import kernelreadahead, sdnotify
 from memfs.mount.cachetrust import CacheRefused
 from memfs.mount.config import MountConfig
 from memfs.mount.fs import MemFS
@@ -297,12 +297,14 @@ async def _serve(fs: MemFS, config: MountConfig) -> bool:
             # The stat is answered by our own loop (started below), so success proves the
             # kernel ↔ daemon path works end to end, not just that mount(2) returned.
             try:
-                await trio.to_thread.run_sync(os.stat, str(config.mountpoint))
+                root = await trio.to_thread.run_sync(os.stat, str(config.mountpoint))
             except OSError as exc:
                 log.error("mount does not answer: %s", exc)
                 _report_ready(f"ERROR mount at {config.mountpoint} does not answer: {exc}")
                 pyfuse3.terminate()
                 return
+            if config.read_ahead > 0:
+                kernelreadahead.widen(root.st_dev)  # (not a stat here: the loop answers those)
             sdnotify.notify("READY=1\nSTATUS=serving " + config.source)
             _report_ready("OK")
             log.info("ready")

@@ -50,7 +50,8 @@ class _Filling:
     Trap: ``Ranges.add`` (the blob's record of what it holds) is not thread-safe, and the read
     window runs up to ``--read-ahead`` GETs into one blob at once: two unserialised fills could
     leave its spans overlapping or out of order, and a read might then take a gap for bytes.
-    So fills take one lock. The trio thread only reads ``present`` meanwhile; a read racing a
+    So fills record what they wrote under one lock (the bytes are written before, outside it).
+    The trio thread only reads ``present`` meanwhile; a read racing a
     fill at worst sees a range as still missing (and waits for, or fetches, it again).
     """
 
@@ -68,8 +69,11 @@ class _Filling:
         return self.body.read_all()
 
     def fill(self, offset: int, data: bytes, /) -> None:
+        # The bytes first, outside the lock (ten GETs' writes were taking turns on it), then
+        # their record: a read never sees a span held before its bytes are in the file.
+        self.body.store(offset, data)
         with FILL_LOCK:
-            self.body.fill(offset, data)
+            self.body.present.add(offset, offset + len(data))
 
 
 class Upload(Namespace):

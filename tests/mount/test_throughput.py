@@ -185,3 +185,17 @@ def test_a_file_changed_after_the_listing_is_read_at_its_new_version(mounts, s3)
     got = [(mnt / key).read_bytes()[:8] for key in names]
     assert got[4] == b"changed\n"
     assert all(g.startswith(b"marker") for i, g in enumerate(got) if i != 4)
+
+
+def _kernel_read_ahead_kb(mnt) -> int:
+    dev = os.stat(mnt).st_dev
+    return int(open(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb").read())
+
+
+def test_the_kernel_reads_a_mount_in_bigger_requests(mounts, proxy, s3) -> None:
+    """A mount by root widens the kernel's read-ahead (memfs/mount/kernelreadahead.py); with
+    --read-ahead 0 it stays the kernel's, and reads still fetch only what they need."""
+    from memfs.mount.kernelreadahead import WINDOW_KB
+
+    assert _kernel_read_ahead_kb(mounts("")) == WINDOW_KB
+    assert _kernel_read_ahead_kb(mounts("", "--read-ahead", "0")) < WINDOW_KB
