@@ -11,7 +11,8 @@ can read it reads every memory. So:
   ancestor belongs to root or the mount's user and nobody else may write it unless it is sticky
   (``/tmp``). Otherwise the mount refuses to start with one line naming the path and the fix
   (`check_tree`). memfs creates what is missing 0700 whatever the umask (`private_dirs`), and
-  its files 0600.
+  its files 0600. A symlink on the way is resolved once, at start: the cache is used by its real
+  path, so whoever owns the symlink cannot re-point it under a running mount.
 * **Records are sealed.** Each record line (path, ETag, size, SHA-256, the object's mode and
   owner) carries an HMAC-SHA256 under a key this mount made (``key``: 32 random bytes, 0600,
   read only by the mount's user): a record edited, or written by anyone without the key, is

@@ -114,7 +114,11 @@ class DiskCache:
         self.persistent = root is not None and max_bytes > 0
         self.max_bytes = max_bytes if self.persistent else SESSION_BYTES
         self._temporary = root is None
-        self.root = root if root is not None else Path(tempfile.mkdtemp(prefix="memfs-cache-"))
+        # The cache directory's real path, once: the checks below pass on the real directories,
+        # and a symlink on the way (another user's, in /tmp) could be re-pointed after them
+        # (cachetrust). memfs's own directory in it must not be a symlink at all (checked).
+        self.root = Path(os.path.realpath(root.parent)) / root.name if root is not None else Path(
+            tempfile.mkdtemp(prefix="memfs-cache-"))
         self.staging = self.root / "staging"
         self.objects = self.root / "objects"
         self.uploads = self.root / "uploads"

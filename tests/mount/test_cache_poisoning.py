@@ -87,3 +87,27 @@ def test_a_replaced_cache_file_with_its_digest_fixed_is_not_served(
     assert (m / "notes.md").read_text() == "the agent's own words\n"
     body = s3.get_object(Bucket=BUCKET, Key="notes.md")["Body"].read()
     assert body == b"the agent's own words\n"
+
+
+def test_a_cache_path_through_another_users_symlink_cannot_be_swapped(
+        shared_tmp: Path, mount_factory, tmp_path: Path, s3) -> None:
+    """--cache-dir names a symlink another user made (in a sticky directory) to a private
+    directory: the checks pass on the real path, and the mount keeps using that real path, so
+    re-pointing the symlink afterwards (which its owner may do) cannot hand the daemon a tree
+    the other user writes."""
+    real = tmp_path / "real-cache"
+    real.mkdir(mode=0o700)
+    link = shared_tmp / "cache"
+    made = as_nobody("ln", "-s", str(real), str(link))
+    assert made.returncode == 0, made.stderr
+    m = mount_factory("", "--cache-dir", str(link), mountpoint=tmp_path / "m")
+    (m / "before.md").write_text("cached before the swap\n")
+    evil = shared_tmp / "evil"
+    swapped = as_nobody("sh", "-c", f"mkdir -m 777 {evil} && ln -sfn {evil} {link}.new && "
+                                    f"mv -T {link}.new {link}")
+    assert swapped.returncode == 0, swapped.stderr
+    (m / "after.md").write_text("cached after the swap\n")
+    assert (m / "after.md").read_text() == "cached after the swap\n"
+    assert (m / "before.md").read_text() == "cached before the swap\n"
+    assert list(evil.rglob("*")) == [], "the daemon wrote into the other user's tree"
+    assert any(real.glob("content-*/objects/*.data")) or any(real.glob("content-*/objects/*"))
