@@ -329,7 +329,14 @@ class Listings(CoreState):
             return None
         big_and_expired = stale is not None and len(stale.files) + len(
             stale.dirs) > BIG_DIR and not self._fresh(stale.fetched_at)
-        if big_and_expired or (stale is None and parent.wide):
+        if stale is None and not parent.wide:
+            # Never listed here: its first page (or its tree, shared with the directories
+            # beside it) is the listing when it holds everything; else the directory is wide
+            # (a bucket writer's 100,000 entries) and the name is probed, not 100 pages read.
+            found = await self._readdir_listing(parent)
+            if isinstance(found, DirCache):
+                return self._sync_child(parent, name, found)
+        if big_and_expired or (parent.listing is None and parent.wide):
             return await self._probe(parent, name)
         listing = await self._listing(parent)
         return self._sync_child(parent, name, listing)

@@ -37,12 +37,15 @@ def test_lookups_in_an_expired_big_listing_probe_one_name() -> None:
     async def main() -> None:
         big = await core.lookup(ROOT_INODE, "big")
         assert big is not None and big.kind is Kind.DIR
+        fh = await core.opendir(big.inode)  # listed whole: a readdir read to its end
+        assert len(await core.dir_entries(fh)) == 1500 + 1 + 2
+        core.releasedir(fh)
         assert await core.lookup(big.inode, "f00001") is not None
         store.calls.clear()
         time.sleep(TTL + 0.1)  # the big listing has expired
         found = await core.lookup(big.inode, "f00002")
         assert found is not None and found.size == 1
-        assert dict(store.calls) == {"LIST": 1, "GET": 1}  # not 2 LIST pages; then its metadata
+        assert dict(store.calls) == {"LIST": 1}  # not 2 LIST pages (metadata: at the readdir)
         store.calls.clear()
         assert await core.lookup(big.inode, "absent") is None
         assert dict(store.calls) == {"LIST": 1}
@@ -191,5 +194,30 @@ def test_a_directory_read_page_by_page_is_still_fetched_ahead_in_order(monkeypat
             assert core.counters["prefetched"] >= 8
             core.releasedir(fh)
             core.nursery = None
+
+    trio.run(main)
+
+
+def test_a_lookup_in_a_planted_directory_never_listed_reads_one_page() -> None:
+    """A name looked up (or created) in a directory of 5,000 entries this mount never listed:
+    the first LIST page shows it is wide, then the name is probed — not five pages per lookup."""
+    store = big_store(5000)
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        big = await core.lookup(ROOT_INODE, "big")
+        assert big is not None
+        store.calls.clear()
+        found = await core.lookup(big.inode, "f04321")
+        assert found is not None and found.size == 1
+        assert store.calls["LIST"] == 2, dict(store.calls)  # before: 5 pages
+        store.calls.clear()
+        assert await core.lookup(big.inode, "absent") is None
+        opened, _node = await core.create(big.inode, "new", 0o644, os.O_WRONLY, ME)
+        await core.write(opened.fh, 0, b"new")
+        await core.release(opened.fh)
+        assert store.calls["LIST"] <= 2 and store.calls["PUT"] == 1, dict(store.calls)
+        assert store.objects["big/new"][0] == b"new"
+        core.check_invariants()
 
     trio.run(main)

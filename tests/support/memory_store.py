@@ -77,8 +77,11 @@ class MemoryStore:
 
     def list_dir(self, path: str) -> Listing:
         with self._lock:
-            self.calls["LIST"] += 1
-            return self._list_dir(path)
+            listing = self._list_dir(path)
+            # One request per page of 1,000 entries, as S3 answers a delimited LIST.
+            entries = len(listing.files) + len(listing.dirs) + len(listing.shadowed)
+            self.calls["LIST"] += max(1, -(-entries // LIST_PAGE))
+            return listing
 
     def list_dir_page(self, path: str, token: str | None = None) -> ListingPage:
         """As S3 pages a delimited LIST: keys and common prefixes in one order, 1,000 a page;
