@@ -11,10 +11,14 @@ Refused (they corrupt listings and terminals, or reorder text — Trojan Source)
 Each is shown as an escape: ``\\xHH`` for code points up to U+00FF, ``\\uHHHH`` above
 (undecodable bytes as ``\\udcHH``). The memory tool's `view` (``memfs.memory.names``, which also
 decodes these escapes in paths) and every operator command that prints bucket data (history, log,
-gc, status, show, diff, and their error lines, through ``memfs.cli``) use these functions.
+gc, status, show, diff, and their error lines, through ``memfs.cli``) use these functions, and the
+daemon's log lines go through ``EscapingFormatter``.
 """
 
 from __future__ import annotations
+
+import logging
+from typing import Any
 
 _BIDI = frozenset(range(0x202A, 0x202F)) | frozenset(range(0x2066, 0x206A))
 
@@ -49,3 +53,29 @@ def escape(text: str, keep: str = "") -> str:
     if not has_refused(text):
         return text
     return "".join(escape_char(c) if refused_char(c) and c not in keep else c for c in text)
+
+
+class EscapingFormatter(logging.Formatter):
+    """Log lines with every refused character in a message's arguments escaped (newlines too): a
+    key or a metadata value from the bucket can neither drive the terminal that tails the log nor
+    start a line of its own (a newline in a key would forge a journal entry). memfs's own message
+    texts and tracebacks keep their line breaks, nothing else refused. (memfs logs with
+    arguments, never with f-strings: ``tests/unit/test_printable.py`` checks.)"""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.args:
+            args = record.args if isinstance(record.args, tuple) else (record.args,)
+            record = logging.makeLogRecord({**record.__dict__, "args": tuple(
+                escape(a) if isinstance(a, str) else escape(str(a))
+                if isinstance(a, BaseException) else a for a in args)})
+        return super().format(record)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape(record.message, keep="\n")
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        return escape(super().formatException(ei), keep="\n")
+
+    def formatStack(self, stack_info: str) -> str:
+        return escape(super().formatStack(stack_info), keep="\n")

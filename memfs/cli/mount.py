@@ -30,6 +30,7 @@ from memfs.cli.completion import DIRECTORY, FILE, complete_as
 from memfs.cli.fuse_conventions import SourceError, apply_options, parse_source
 from memfs.locations import ConfigError, default_cache_dir
 from memfs.mount.config import MountConfig
+from memfs.printable import EscapingFormatter
 from memfs.private_dirs import private_dirs
 
 #: The daemon's log file, as ``memfs.mount.daemon.reopen_log`` reopens it on SIGHUP.
@@ -250,7 +251,7 @@ SYSLOG_PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, loggin
                    logging.CRITICAL: 2}
 
 
-class JournalFormatter(logging.Formatter):
+class JournalFormatter(EscapingFormatter):
     """Lines for journald: ``<N>`` priority first, no timestamp (the journal stamps each)."""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -275,7 +276,7 @@ def setup_logging(level: str) -> None:
     if stderr_is_journal():
         handler.setFormatter(JournalFormatter("%(levelname)s %(name)s: %(message)s"))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     # botocore's debug output includes signed headers: never let credentials reach a log.
     # pyfuse3's debug output is a line per worker-task start and stop: noise, not diagnosis.

@@ -56,7 +56,7 @@ class DirStream:
                 continue
             shadowed = self.pending.pop(name, None) or mine.files.pop(name, None)
             if shadowed is not None:
-                log.warning("%r is both an object and a key prefix; showing the directory", name)
+                log.warning("%s is both an object and a key prefix; showing the directory", name)
                 mine.shadowed[name] = shadowed
             mine.dirs.add(name)
             if name not in self.names:  # (a file already final: a server out of order)

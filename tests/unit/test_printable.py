@@ -52,3 +52,18 @@ def test_gc_dry_run_list_is_escaped_when_printed() -> None:
     Context(env={}, stdout=out).say(render(report, list_paths=True))
     assert f"would expire: s/{ESCAPED}" in out.getvalue()
     assert "\x1b" not in out.getvalue() and "\u202e" not in out.getvalue()
+
+
+def test_memfs_logs_with_arguments_never_with_f_strings() -> None:
+    """EscapingFormatter escapes a message's arguments: a log call that formats bucket data into
+    its text itself (an f-string, %, .format) would slip past it."""
+    import re
+    from pathlib import Path
+
+    import memfs
+
+    call = re.compile(r"\blog\.(debug|info|warning|error|exception|critical)\("
+                      r"\s*(f[\"']|[\"'][^\"']*[\"']\s*(%|\.format))")
+    found = [f"{p}:{i}" for p in Path(memfs.__file__).parent.rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if call.search(line)]
+    assert not found, found
