@@ -413,10 +413,15 @@ class Namespace(Listings):
         goes with the directory, or it would show up once the directory is gone — a name
         reported removed that comes back (docs/SEMANTICS.md, "A file and a directory of the
         same name")."""
-        shadowed = parent.listing.shadowed.pop(name, None) if parent.listing else None
+        listing = parent.listing
+        shadowed = listing.shadowed.pop(name, None) if listing is not None else None
+        path = child_path(parent.path, name)
+        if shadowed is None and (listing is None or not self._fresh(listing.fetched_at)):
+            # No fresh listing to say (a wide directory's names are probed, and a probe sees
+            # only that a directory wins): ask S3 for the file itself.
+            shadowed = await self._s3(self.store.head, path)
         if shadowed is None:
             return
-        path = child_path(parent.path, name)
         await self._settled(path)
         await self._s3(self.store.delete, path)
         self.usage.removed(shadowed.size)

@@ -221,3 +221,27 @@ def test_a_lookup_in_a_planted_directory_never_listed_reads_one_page() -> None:
         core.check_invariants()
 
     trio.run(main)
+
+
+def test_rmdir_in_a_wide_directory_removes_the_file_its_name_hid() -> None:
+    """`sub` is both an object and a prefix in a directory of 1,500 entries this mount never
+    listed whole (its names are probed): removing the directory removes the hidden file too, so
+    the name does not come back as a file (SEMANTICS.md, "A file and a directory of the same
+    name")."""
+    store = big_store(1500)
+    store.put("big/sub", b"hidden", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        big = await core.lookup(ROOT_INODE, "big")
+        assert big is not None
+        sub = await core.lookup(big.inode, "sub")
+        assert sub is not None and sub.kind is Kind.DIR and big.listing is None and big.wide
+        await core.unlink(sub.inode, "deep")
+        await core.rmdir(big.inode, "sub")
+        assert "big/sub" not in store.objects and not any(
+            k.startswith("big/sub/") for k in store.objects)
+        assert await core.lookup(big.inode, "sub") is None
+        core.check_invariants()
+
+    trio.run(main)
