@@ -11,6 +11,7 @@ import errno
 import hashlib
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -187,7 +188,13 @@ def test_a_file_changed_after_the_listing_is_read_at_its_new_version(mounts, s3)
     assert all(g.startswith(b"marker") for i, g in enumerate(got) if i != 4)
 
 
-def _kernel_read_ahead_kb(mnt) -> int:
+def _kernel_read_ahead_kb(mounts, mnt) -> int:
+    """The mount's kernel read-ahead once the daemon said it is ready (it sets it just before:
+    the mount appears in mountinfo a moment earlier)."""
+    deadline = time.monotonic() + 20
+    while not any(line.endswith(": ready") for line in mounts.log(mnt).splitlines()):
+        assert time.monotonic() < deadline, mounts.log(mnt)[-2000:]
+        time.sleep(0.05)
     dev = os.stat(mnt).st_dev
     return int(open(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb").read())
 
@@ -197,5 +204,5 @@ def test_the_kernel_reads_a_mount_in_bigger_requests(mounts, proxy, s3) -> None:
     --read-ahead 0 it stays the kernel's, and reads still fetch only what they need."""
     from memfs.mount.kernelreadahead import WINDOW_KB
 
-    assert _kernel_read_ahead_kb(mounts("")) == WINDOW_KB
-    assert _kernel_read_ahead_kb(mounts("", "--read-ahead", "0")) < WINDOW_KB
+    assert _kernel_read_ahead_kb(mounts, mounts("")) == WINDOW_KB
+    assert _kernel_read_ahead_kb(mounts, mounts("", "--read-ahead", "0")) < WINDOW_KB
