@@ -1,10 +1,13 @@
-"""Directories only their owner may enter, made whatever the umask: shared by the mount (its
-cache and log directories, ``memfs.mount.cachetrust``) and the agent library (the MCP token's
-directory, ``memfs.memory.mcp_auth``), which may not import each other."""
+"""Directories only their owner may enter, made whatever the umask, and the log file opened in
+one: shared by the mount (its cache and log directories, ``memfs.mount.cachetrust``), the command
+line (the background mount's log) and the agent library (the MCP token's directory,
+``memfs.memory.mcp_auth``), which may not import each other."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 
 
@@ -22,3 +25,18 @@ def private_dirs(path: Path) -> None:
         except FileExistsError:
             continue
         os.chmod(d, 0o700)  # a umask can only have taken bits away; put back the owner's
+
+
+def open_log(path: Path) -> int:
+    """``path`` opened for appending (made 0600 if missing): never through a symlink, and only a
+    regular file of this user's that nobody else may write. A log in a directory another user
+    prepared (a planted symlink to the mounting user's own file, or a file the other user owns
+    and reads) raises ``PermissionError`` naming it, before a line is written."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        os.close(fd)
+        raise PermissionError(errno.EPERM, "not a regular file of this user's that only it "
+                              "may write", str(path))
+    return fd

@@ -31,7 +31,7 @@ from memfs.cli.fuse_conventions import SourceError, apply_options, parse_source
 from memfs.locations import ConfigError, default_cache_dir
 from memfs.mount.config import MountConfig
 from memfs.printable import EscapingFormatter
-from memfs.private_dirs import private_dirs
+from memfs.private_dirs import open_log, private_dirs
 
 #: The daemon's log file, as ``memfs.mount.daemon.reopen_log`` reopens it on SIGHUP.
 LOG_PATH_ENV = "MEMFS_LOG_PATH"
@@ -316,7 +316,7 @@ def log_file_of(args: argparse.Namespace, twins: Twins) -> Path | None:
 def _log_to(path: Path) -> None:
     """Send stderr (the log) to `path`, appending; the daemon reopens it on SIGHUP."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = open_log(path)
     sys.stderr.flush()
     os.dup2(fd, 2)
     os.close(fd)
@@ -357,7 +357,7 @@ def _mount_in_background(config: MountConfig, ctx: Context, log_file: Path | Non
     env = {**os.environ, READY_FD_ENV: str(write_end), LOG_PATH_ENV: str(log_path)}
     try:
         private_dirs(log_path.parent)
-        logf = open(log_path, "ab")  # noqa: SIM115 (closed by the with below)
+        logf = os.fdopen(open_log(log_path), "ab")
     except OSError as exc:
         os.close(read_end)
         os.close(write_end)

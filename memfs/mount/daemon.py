@@ -32,6 +32,7 @@ from memfs.mount.config import MountConfig
 from memfs.mount.fs import MemFS
 from memfs.mount.quota import Usage
 from memfs.mountinfo import is_mountpoint
+from memfs.private_dirs import open_log
 from memfs.s3 import transfer
 from memfs.s3.endpoint import probe_endpoint
 from memfs.s3.errors import ClientSetupError, StoreError
@@ -260,7 +261,7 @@ def reopen_log() -> None:
                  "the journal" if os.environ.get("JOURNAL_STREAM") else "stderr")
         return
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = open_log(Path(path))
     except OSError as exc:
         log.error("received SIGHUP: cannot reopen the log %s: %s", path, exc)
         return

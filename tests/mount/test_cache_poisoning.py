@@ -111,3 +111,32 @@ def test_a_cache_path_through_another_users_symlink_cannot_be_swapped(
     assert (m / "before.md").read_text() == "cached before the swap\n"
     assert list(evil.rglob("*")) == [], "the daemon wrote into the other user's tree"
     assert any(real.glob("content-*/objects/*.data")) or any(real.glob("content-*/objects/*"))
+
+
+def test_a_log_path_another_user_prepared_is_never_written(
+        shared_tmp: Path, tmp_path: Path, s3_reset: str) -> None:
+    """A background mount logs to ``mount-<tag>.log`` in its cache directory, whose name is
+    predictable: another user who made that directory first and planted the log name as a
+    symlink to the mounting user's own file (or as a file they own and read) gets nothing
+    written — the mount fails with one line naming the log, and the file is unchanged."""
+    import hashlib
+    import subprocess
+    import sys
+
+    mnt = tmp_path / "m"
+    mnt.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's own file\n")
+    cache = shared_tmp / "cache"
+    tag = hashlib.sha256(str(mnt).encode()).hexdigest()[:12]
+    for plant in (f"ln -s {victim} {cache}/mount-{tag}.log",
+                  f"touch {cache}/mount-{tag}.log && chmod 666 {cache}/mount-{tag}.log"):
+        made = as_nobody("sh", "-c", f"rm -rf {cache} && mkdir -m 777 {cache} && {plant}")
+        assert made.returncode == 0, made.stderr
+        r = subprocess.run([sys.executable, "-m", "memfs", "mount", str(mnt), "--bucket", BUCKET,
+                            "--endpoint-url", s3_reset, "--cache-dir", str(cache)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and f"cannot write the log {cache}/mount-{tag}.log" in r.stderr
+        assert victim.read_text() == "the user's own file\n"
+        assert (cache / f"mount-{tag}.log").is_symlink() or (
+            cache / f"mount-{tag}.log").read_text() == ""
