@@ -305,7 +305,8 @@ async def _serve(fs: MemFS, config: MountConfig) -> bool:
                 pyfuse3.terminate()
                 return
             if config.read_ahead > 0:
-                kernelreadahead.widen(root.st_dev)  # (not a stat here: the loop answers those)
+                # A sysfs write: in a worker thread, like the stat (never block the loop).
+                await trio.to_thread.run_sync(kernelreadahead.widen, root.st_dev)
             sdnotify.notify("READY=1\nSTATUS=serving " + config.source)
             _report_ready("OK")
             log.info("ready")
