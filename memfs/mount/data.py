@@ -61,6 +61,7 @@ class DataPath(Prefetch):
                                    ctx.uid, ctx.gid)
             node.meta_known = True
             node.set_own_mode(mode)
+            node.set_own_owner(ctx.uid, ctx.gid)
             node.mtime = node.validated_at = time.time()
             of = OpenFile(node, body=self._new_blob(), is_new=True, dirty=True)
             self.handles.shared[node.inode] = of
@@ -350,7 +351,11 @@ class DataPath(Prefetch):
         if change.mode is not None:
             node.set_own_mode(change.mode)
             changed = True
-        for name in ("uid", "gid", "mtime", "atime"):
+        if change.uid is not None or change.gid is not None:
+            node.set_own_owner(node.uid if change.uid is None else change.uid,
+                               node.gid if change.gid is None else change.gid)
+            changed = True
+        for name in ("mtime", "atime"):
             if (value := getattr(change, name)) is not None:
                 setattr(node, name, value)
                 changed = True

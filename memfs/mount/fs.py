@@ -79,8 +79,8 @@ def caller(ctx: Any) -> Caller:
     return Caller(ctx.uid, ctx.gid, ctx.pid)
 
 
-def entry_attributes(node: Node, ttl: float,
-                     limit: int | None = None) -> pyfuse3.EntryAttributes:
+def entry_attributes(node: Node, ttl: float, limit: int | None = None,
+                     owner: tuple[int, int] | None = None) -> pyfuse3.EntryAttributes:
     a = pyfuse3.EntryAttributes()
     a.st_ino = node.inode
     a.generation = 0
@@ -88,8 +88,7 @@ def entry_attributes(node: Node, ttl: float,
     a.attr_timeout = ttl
     a.st_mode = node.shown_mode(limit)  # the kernel decides access by it (default_permissions)
     a.st_nlink = _links(node)
-    a.st_uid = node.uid
-    a.st_gid = node.gid
+    a.st_uid, a.st_gid = node.shown_owner(owner)  # also decides access (see Node.shown_owner)
     a.st_rdev = node.rdev
     # Directories report 4,096 bytes like ext4 and s3fs-fuse, so tools that print sizes
     # (the memory tool's directory view among them) show the same on every filesystem.
@@ -168,6 +167,8 @@ class MemFS(pyfuse3.Operations):
         # Bits from the bucket never widen access on a mount others may enter (nodes.py).
         self.mode_limit = mode_limit(config.allow_other, config.default_file_mode,
                                      config.default_dir_mode)
+        # Nor do owners from the bucket: there they are shown as the mount's user (nodes.py).
+        self.owner_fallback = (config.uid, config.gid) if config.allow_other else None
         self._mounted = False
 
     # Set by the daemon once pyfuse3 has a session: kernel notifications need one.
@@ -188,7 +189,7 @@ class MemFS(pyfuse3.Operations):
         return await self.core.flush_all()
 
     def _attrs(self, node: Node) -> pyfuse3.EntryAttributes:
-        return entry_attributes(node, self.ttl, self.mode_limit)
+        return entry_attributes(node, self.ttl, self.mode_limit, self.owner_fallback)
 
     # -- names and attributes ----------------------------------------------------------------
 
@@ -224,7 +225,8 @@ class MemFS(pyfuse3.Operations):
     @fuse_op
     async def getattr(self, inode: int, ctx=None) -> pyfuse3.EntryAttributes:
         node, cacheable = await self.core.getattr(inode)
-        return entry_attributes(node, self.ttl if cacheable else 0, self.mode_limit)
+        return entry_attributes(node, self.ttl if cacheable else 0, self.mode_limit,
+                                self.owner_fallback)
 
     @fuse_op
     async def setattr(self, inode: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:

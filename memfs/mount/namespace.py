@@ -383,6 +383,7 @@ class Namespace(Listings):
             node = self.inodes.add(path, Kind.DIR, dir_mode, ctx.uid, ctx.gid)
             node.meta_known = True
             node.set_own_mode(dir_mode)
+            node.set_own_owner(ctx.uid, ctx.gid)
             node.mtime = node.validated_at = now
             node.listing = DirCache({}, set(), now, has_marker=True)
             self._listing_add(parent.path, text, node)
@@ -473,6 +474,7 @@ class Namespace(Listings):
             node = self.inodes.add(path, kind, mode, ctx.uid, ctx.gid)
             node.apply_info(info, now)
             node.set_own_mode(mode)
+            node.set_own_owner(ctx.uid, ctx.gid)
             node.rdev = rdev
             self._listing_add(parent.path, text, node)
             self.inodes.hold(node)

@@ -127,6 +127,10 @@ class Node:
     # The permission bits a user of this mount gave it (create, mkdir, chmod; None: none did).
     # Bits read from the bucket that differ are a bucket writer's: ``shown_mode`` clamps them.
     own_mode: int | None = None
+    # The owner a user of this mount gave it (create, mkdir, chown; None: none did). An owner
+    # read from the bucket is a bucket writer's claim: ``shown_owner`` does not show it to the
+    # kernel on a mount other users may enter.
+    own_owner: tuple[int, int] | None = None
     symlink_target: bytes | None = None
     validated_at: float = 0.0
     nlookup: int = 0
@@ -162,6 +166,22 @@ class Node:
         if limit is None or perm == self.own_mode:
             return self.mode
         return stat.S_IFMT(self.mode) | (perm & limit)
+
+    def shown_owner(self, fallback: tuple[int, int] | None) -> tuple[int, int]:
+        """The (uid, gid) the kernel decides access by: the node's own, except that an owner
+        read from the bucket (not one a user of this mount set) is shown as ``fallback`` — the
+        mount's user, on a mount other users may enter (None: no clamp, see `mode_limit`).
+        Otherwise a bucket writer who stores ``x-amz-meta-uid: 1002`` hands local user 1002 the
+        owner's rights: reading a 0600 file, ``chmod`` (docs/SEMANTICS.md, "Owners")."""
+        owner = (self.uid, self.gid)
+        if fallback is None or owner == self.own_owner:
+            return owner
+        return fallback
+
+    def set_own_owner(self, uid: int, gid: int) -> None:
+        """A user of this mount created it as (uid, gid), or changed its owner to that."""
+        self.uid, self.gid = uid, gid
+        self.own_owner = (uid, gid)
 
     def set_own_mode(self, mode: int) -> None:
         """A user of this mount set the permission bits (create, mkdir, chmod)."""

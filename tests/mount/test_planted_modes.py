@@ -13,10 +13,12 @@ from memfs.protocol import META_GID, META_MODE, META_UID
 from tests.conftest import BUCKET
 from tests.mount.test_other_users import as_nobody, open_dir  # noqa: F401 (fixture)
 
+NOBODY = 65534
 
-def plant(s3, key: str, mode: int, body: bytes = b"") -> None:
+
+def plant(s3, key: str, mode: int, body: bytes = b"", owner: int = 0) -> None:
     s3.put_object(Bucket=BUCKET, Key=key, Body=body,
-                  Metadata={META_MODE: str(mode), META_UID: "0", META_GID: "0"})
+                  Metadata={META_MODE: str(mode), META_UID: str(owner), META_GID: str(owner)})
 
 
 def test_a_planted_0777_directory_does_not_let_others_delete(
@@ -63,3 +65,44 @@ def test_a_planted_sticky_directory_keeps_its_sticky_bit(
     refused = as_nobody("rm", "-f", str(m / "tmp/roots.md"))
     assert refused.returncode != 0 and "Operation not permitted" in refused.stderr
     assert s3.get_object(Bucket=BUCKET, Key="tmp/roots.md")["Body"].read() == b"root's\n"
+
+
+def test_a_planted_owner_gives_that_user_no_rights(
+        open_dir: Path, mount_factory, s3) -> None:  # noqa: F811
+    """Owners from the bucket are a bucket writer's claim too (second hostile review, class 4):
+    an operator's directory and 0600 file planted as owned by nobody stay the mount user's."""
+    plant(s3, "owned/", stat.S_IFDIR | 0o755, owner=NOBODY)
+    plant(s3, "owned/secret.md", stat.S_IFREG | 0o600, b"root's secret\n", owner=NOBODY)
+    m = mount_factory("", "--allow-other", "--umask", "022", mountpoint=open_dir)
+    for path in (m / "owned", m / "owned/secret.md"):
+        st = os.stat(path)
+        assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid()), path
+    for argv in (["cat", str(m / "owned/secret.md")],
+                 ["sh", "-c", f"echo more >> {m}/owned/secret.md"],
+                 ["chmod", "0777", str(m / "owned")],
+                 ["rm", "-f", str(m / "owned/secret.md")],
+                 ["sh", "-c", f"echo planted > {m}/owned/new.md"]):
+        refused = as_nobody(*argv)
+        assert refused.returncode != 0, (argv, refused.stdout)
+        assert "not permitted" in refused.stderr or "denied" in refused.stderr, refused.stderr
+    assert stat.S_IMODE(os.stat(m / "owned").st_mode) == 0o755
+    body = s3.get_object(Bucket=BUCKET, Key="owned/secret.md")["Body"].read()
+    assert body == b"root's secret\n"
+
+
+def test_an_owner_set_through_the_mount_is_shown_as_set(
+        open_dir: Path, mount_factory, s3) -> None:  # noqa: F811
+    m = mount_factory("", "--allow-other", "--umask", "022", mountpoint=open_dir)
+    (m / "drop").mkdir(mode=0o777)
+    os.chmod(m / "drop", 0o1777)
+    made = as_nobody("sh", "-c", f"umask 077; echo mine > {m}/drop/theirs.md")
+    assert made.returncode == 0, made.stderr
+    assert os.stat(m / "drop/theirs.md").st_uid == NOBODY
+    again = as_nobody("sh", "-c", f"echo more >> {m}/drop/theirs.md")
+    assert again.returncode == 0, again.stderr
+    (m / "given.md").write_text("for nobody\n")
+    os.chown(m / "given.md", NOBODY, NOBODY)
+    os.chmod(m / "given.md", 0o600)
+    assert os.stat(m / "given.md").st_uid == NOBODY
+    read = as_nobody("cat", str(m / "given.md"))
+    assert read.returncode == 0 and read.stdout == "for nobody\n", read.stderr
