@@ -414,21 +414,29 @@ class Namespace(Listings):
         goes with the directory, or it would show up once the directory is gone — a name
         reported removed that comes back (docs/SEMANTICS.md, "A file and a directory of the
         same name")."""
-        listing = parent.listing
-        shadowed = listing.shadowed.pop(name, None) if listing is not None else None
-        path = child_path(parent.path, name)
-        if shadowed is None and (listing is None or not self._fresh(listing.fetched_at)):
-            # No fresh listing to say (a wide directory's names are probed, and a probe sees
-            # only that a directory wins): ask S3 for the file itself.
-            shadowed = await self._s3(self.store.head, path)
+        shadowed = await self._take_shadowed(parent, name)
         if shadowed is None:
             return
+        path = child_path(parent.path, name)
         await self._settled(path)
         await self._s3(self.store.delete, path)
         self.usage.removed(shadowed.size)
         self.content.discard(path)
         log.warning("rmdir %s: also deleted the object %s%s it hid (a file and a directory of "
                     "one name)", path, self.config.prefix, path)
+
+    async def _take_shadowed(self, parent: Node, name: str) -> ObjectInfo | None:
+        """The object S3 holds under the directory ``name``'s own key, hidden by it (a
+        directory wins), taken out of the parent's listing: it must go where the directory
+        goes (removed with it, moved with it), or it shows up as a file once the directory has
+        left — a name reported removed or renamed that comes back."""
+        listing = parent.listing
+        shadowed = listing.shadowed.pop(name, None) if listing is not None else None
+        if shadowed is None and (listing is None or not self._fresh(listing.fetched_at)):
+            # No fresh listing to say (a wide directory's names are probed, and a probe sees
+            # only that a directory wins): ask S3 for the file itself.
+            shadowed = await self._s3(self.store.head, child_path(parent.path, name))
+        return shadowed
 
     async def unlink(self, parent_inode: int, text: str) -> None:
         parent = self._dir(parent_inode)

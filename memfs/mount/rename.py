@@ -89,7 +89,7 @@ class Renames(DataPath):
                 if (await self._listing(dst)).names():
                     raise fail(errno.ENOTEMPTY)
             self._check_key(dst_path, directory=True)
-            await self._rename_dir(src, dst_path, dst)
+            await self._rename_dir(src, src_parent, dst_parent, dst_path, dst)
         else:
             if dst is not None and dst.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
@@ -251,21 +251,45 @@ class Renames(DataPath):
         if parent is not None:
             self.kernel.forget_entry(parent.inode, node.name())
 
-    async def _rename_dir(self, src: Node, dst_path: str, dst: Node | None) -> None:
-        """Copy every object under the directory, then delete the originals (not atomic)."""
+    async def _rename_dir(self, src: Node, src_parent: Node, dst_parent: Node, dst_path: str,
+                          dst: Node | None) -> None:
+        """Copy every object under the directory, then delete the originals (not atomic).
+
+        A file S3 holds under the directory's own name (hidden by it: a directory wins) moves
+        with it, hidden at the new name as at the old; left behind, it would show up at the old
+        name once the directory had gone (docs/SEMANTICS.md, "A file and a directory of the same
+        name"). An empty directory replaced goes as ``rmdir`` would, with the file it hid."""
         keys = await self._s3(lambda: list(self.store.walk_keys(src.path)))
         for of in list(self.handles.shared.values()):
             if of.node.path.startswith(src.path + "/") and (of.dirty or of.is_new):
                 async with of.lock:
                     await self._upload(of)
                 keys = await self._s3(lambda: list(self.store.walk_keys(src.path)))
+        hidden = await self._take_shadowed(src_parent, src.name())
         if dst is not None:
             await self._s3(self.store.delete, dst.path, directory=True)
+            await self._remove_shadowed(dst_parent, dst.name())
+        moved_hidden: list[str] = []
 
         async def copy_one(rel: str) -> None:
             await self._s3(self.store.copy, f"{src.path}/{rel}", f"{dst_path}/{rel}")
 
+        async def copy_hidden(info: ObjectInfo) -> None:
+            etag = await self._s3(self.store.copy, src.path, dst_path, src_etag=info.etag)
+            moved_hidden.append(src.path)
+            if dst_parent.listing is not None:
+                dst_parent.listing.shadowed[dst_path.rpartition("/")[2]] = ObjectInfo(
+                    info.size, etag, info.mtime)
+
         async with trio.open_nursery() as nursery:
             for rel, _info in keys:
                 nursery.start_soon(copy_one, rel)
-        await self._s3(self.store.delete_keys, [f"{src.path}/{rel}" for rel, _ in keys])
+            if hidden is not None:
+                nursery.start_soon(copy_hidden, hidden)
+        await self._s3(self.store.delete_keys,
+                       [f"{src.path}/{rel}" for rel, _ in keys] + moved_hidden)
+        if moved_hidden:
+            self.content.discard(src.path)
+            log.warning("rename %s -> %s: also moved the object %s%s it hid (a file and a "
+                        "directory of one name)", src.path, dst_path, self.config.prefix,
+                        src.path)

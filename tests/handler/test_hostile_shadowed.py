@@ -34,3 +34,24 @@ def test_deleting_a_directory_that_hides_a_file_deletes_both(mount_factory, s3,
     time.sleep(0.5)  # past the TTL: every listing is fetched again
     assert sorted(os.listdir(m)) == ["keep.md"]
     assert not os.path.lexists(m / "a")
+
+
+@pytest.mark.parametrize("how", ["memory tool", "mv"])
+def test_renaming_a_directory_that_hides_a_file_moves_both(mount_factory, s3, how: str) -> None:
+    """Second hostile review, class 5: after `rename a -> c` the hidden file `a` came back."""
+    s3.put_object(Bucket=BUCKET, Key="a", Body=b"hidden file\n")
+    s3.put_object(Bucket=BUCKET, Key="a/x.md", Body=b"in the directory\n")
+    m = mount_factory("", "--metadata-ttl", "0.2")
+    assert os.path.isdir(m / "a")
+    if how == "memory tool":
+        answer = MemoryHandler(m).run({"command": "rename", "old_path": "/memories/a",
+                                       "new_path": "/memories/c"})
+        assert "renamed" in answer.lower()
+    else:
+        assert os.system(f"mv {m}/a {m}/c") == 0
+    assert keys(s3) == {"c", "c/x.md"}
+    assert s3.get_object(Bucket=BUCKET, Key="c")["Body"].read() == b"hidden file\n"
+    time.sleep(0.5)  # past the TTL: every listing is fetched again
+    assert sorted(os.listdir(m)) == ["c"]
+    assert (m / "c" / "x.md").read_text() == "in the directory\n"
+    assert not os.path.lexists(m / "a")
