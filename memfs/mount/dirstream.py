@@ -51,6 +51,7 @@ class DirStream:
         final: list[tuple[str, str]] = []  # (where S3 orders it, name)
         mine = self.listing
         mine.has_marker |= page.listing.has_marker
+        mine.unshown |= page.listing.unshown
         for name in page.listing.dirs:
             if name in mine.dirs:
                 continue

@@ -26,9 +26,9 @@ from memfs import protocol
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import Kind, Node, mode_limit
-from memfs.mount.state import NAME_MAX, AttrChange, Caller, Kernel, Opened
+from memfs.mount.state import AttrChange, Caller, Kernel, Opened
 from memfs.mountinfo import mount_entries
-from memfs.s3.store import Store
+from memfs.s3.store import NAME_MAX, Store
 
 log = logging.getLogger(__name__)
 

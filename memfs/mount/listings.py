@@ -29,6 +29,7 @@ new listing replays those made after its LIST started (docs/INTERNALS.md).
 
 from __future__ import annotations
 
+import logging
 import stat
 import time
 
@@ -36,7 +37,9 @@ from memfs.mount.dirstream import DirStream
 from memfs.mount.nodes import ROOT_INODE, DirCache, Kind, Node, child_path, kind_of_mode, type_bits
 from memfs.mount.state import CoreState
 from memfs.s3.objectmeta import ObjectInfo
-from memfs.s3.store import LIST_PAGE, Listing
+from memfs.s3.store import LIST_PAGE, Listing, unshown_key
+
+log = logging.getLogger(__name__)
 
 # A directory with more entries than one LIST page: once its listing expires, single names are
 # probed (_probe) instead of re-listing all of it.
@@ -116,7 +119,8 @@ class Listings(CoreState):
         whole = stream.listing
         # A copy: installing replays this mount's recent changes onto it, the stream stays S3's.
         return self._install(dnode, Listing(dict(whole.files), set(whole.dirs), whole.has_marker,
-                                            dict(whole.shadowed)), stream.started, time.time())
+                                            dict(whole.shadowed), whole.unshown),
+                             stream.started, time.time())
 
     async def _list_tree(self, top: Node, below: list[Node], max_keys: int, *,
                          shared: bool = False) -> bool:
@@ -233,7 +237,7 @@ class Listings(CoreState):
         # Fresh from when it arrived: a LIST slower than the TTL must not be stale on arrival
         # (every lookup would list again).
         cache = DirCache(listing.files, listing.dirs, arrived, listing.has_marker, started,
-                         listing.shadowed)
+                         listing.shadowed, listing.unshown)
         if listing.files or listing.dirs or listing.has_marker:
             self._exists_as_of(dnode, cache.fetched_at)
         for name, (when, what) in list(dnode.recent.items()):
@@ -389,6 +393,49 @@ class Listings(CoreState):
             self.kernel.forget_attrs(node.inode)
         node.apply_info(found, now)  # size and version; its metadata is read at lookup
         return node
+
+    async def _remove_shadowed(self, parent: Node, name: str) -> None:
+        """S3 also held a file of the directory's name, hidden by it (a directory wins): it
+        goes with the directory, or it would show up once the directory is gone — a name
+        reported removed that comes back (docs/SEMANTICS.md, "A file and a directory of the
+        same name")."""
+        shadowed = await self._take_shadowed(parent, name)
+        if shadowed is None:
+            return
+        path = child_path(parent.path, name)
+        await self._settled(path)
+        await self._s3(self.store.delete, path)
+        self.usage.removed(shadowed.size)
+        self.content.discard(path)
+        log.warning("rmdir %s: also deleted the object %s%s it hid (a file and a directory of "
+                    "one name)", path, self.config.prefix, path)
+
+    async def _remove_unshown(self, node: Node) -> None:
+        """The directory looks empty but S3 holds keys under it that no entry can show (a
+        name longer than NAME_MAX, 'a//b'): they go with it — a bucket writer's key that no
+        `rm` can reach must not keep a directory the user removed (or make it undeletable)."""
+        # Only those: a key with a showable name is somebody's new entry (written since the
+        # listing), and stays — as does the directory then.
+        keys = [f"{node.path}/{rel}" for rel, _info in
+                await self._s3(lambda: list(self.store.walk_keys(node.path)))
+                if unshown_key(rel)]
+        if keys:
+            await self._s3(self.store.delete_keys, keys)
+            log.warning("rmdir %s: also deleted %d key(s) under it that no entry shows (e.g. "
+                        "%s%s)", node.path, len(keys), self.config.prefix, keys[0])
+
+    async def _take_shadowed(self, parent: Node, name: str) -> ObjectInfo | None:
+        """The object S3 holds under the directory ``name``'s own key, hidden by it (a
+        directory wins), taken out of the parent's listing: it must go where the directory
+        goes (removed with it, moved with it), or it shows up as a file once the directory has
+        left — a name reported removed or renamed that comes back."""
+        listing = parent.listing
+        shadowed = listing.shadowed.pop(name, None) if listing is not None else None
+        if shadowed is None and (listing is None or not self._fresh(listing.fetched_at)):
+            # No fresh listing to say (a wide directory's names are probed, and a probe sees
+            # only that a directory wins): ask S3 for the file itself.
+            shadowed = await self._s3(self.store.head, child_path(parent.path, name))
+        return shadowed
 
     def _listing_add(self, parent_path: str, name: str, node: Node) -> None:
         what = Kind.DIR if node.kind is Kind.DIR else ObjectInfo(node.size, node.etag or "",

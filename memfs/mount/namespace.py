@@ -280,7 +280,7 @@ class Namespace(Listings):
         a name beyond them is not known absent)."""
         whole = stream.listing
         return DirCache(whole.files, whole.dirs, stream.arrived, whole.has_marker, stream.started,
-                        whole.shadowed)
+                        whole.shadowed, whole.unshown)
 
     async def _names_until(self, snap: DirSnapshot, count: int) -> None:
         """Read the snapshot's LIST on until it has ``count`` names or has ended. Once it ends
@@ -402,41 +402,15 @@ class Namespace(Listings):
             # A file moved out of it may still be in S3 under it (moves), and the move may
             # write its marker (keeping it when it empties): the move ends first.
             await self.moves.settled(dirs=[node.path])
-            if not (await self._listing(node)).names() == []:
+            listing = await self._listing(node)
+            if not listing.names() == []:
                 raise fail(errno.ENOTEMPTY)
+            if listing.unshown:
+                await self._remove_unshown(node)
             await self._s3(self.store.delete, node.path, directory=True)
             await self._remove_shadowed(parent, text)
             self.inodes.detach(node.path)
             self._listing_remove(parent.path, text)
-
-    async def _remove_shadowed(self, parent: Node, name: str) -> None:
-        """S3 also held a file of the directory's name, hidden by it (a directory wins): it
-        goes with the directory, or it would show up once the directory is gone — a name
-        reported removed that comes back (docs/SEMANTICS.md, "A file and a directory of the
-        same name")."""
-        shadowed = await self._take_shadowed(parent, name)
-        if shadowed is None:
-            return
-        path = child_path(parent.path, name)
-        await self._settled(path)
-        await self._s3(self.store.delete, path)
-        self.usage.removed(shadowed.size)
-        self.content.discard(path)
-        log.warning("rmdir %s: also deleted the object %s%s it hid (a file and a directory of "
-                    "one name)", path, self.config.prefix, path)
-
-    async def _take_shadowed(self, parent: Node, name: str) -> ObjectInfo | None:
-        """The object S3 holds under the directory ``name``'s own key, hidden by it (a
-        directory wins), taken out of the parent's listing: it must go where the directory
-        goes (removed with it, moved with it), or it shows up as a file once the directory has
-        left — a name reported removed or renamed that comes back."""
-        listing = parent.listing
-        shadowed = listing.shadowed.pop(name, None) if listing is not None else None
-        if shadowed is None and (listing is None or not self._fresh(listing.fetched_at)):
-            # No fresh listing to say (a wide directory's names are probed, and a probe sees
-            # only that a directory wins): ask S3 for the file itself.
-            shadowed = await self._s3(self.store.head, child_path(parent.path, name))
-        return shadowed
 
     async def unlink(self, parent_inode: int, text: str) -> None:
         parent = self._dir(parent_inode)

@@ -73,6 +73,8 @@ class DirCache:
     # Files S3 holds under the name of a subdirectory, hidden by it (Store._prefer_directories):
     # removing that directory removes them too, so the name does not come back as a file.
     shadowed: dict[str, ObjectInfo] = field(default_factory=dict)
+    # S3 holds keys under it that no entry shows (``Listing.unshown``): rmdir removes them.
+    unshown: bool = False
 
     def names(self) -> list[str]:
         return sorted(self.dirs | self.files.keys())

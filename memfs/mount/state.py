@@ -39,7 +39,6 @@ from memfs.s3.store import Store
 
 log = logging.getLogger(__name__)
 
-NAME_MAX = 255
 KEY_MAX = 1024
 
 

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 #: Keys per page of a single-name probe. One page almost always decides (see `Store.probe`); a
 #: small page keeps each probe's response (and its XML parsing) small.
 PROBE_PAGE = 100
+#: The longest name (in bytes) a directory entry can have: the kernel's and FUSE's limit.
+NAME_MAX = 255
 #: The most keys S3 returns per LIST page.
 LIST_PAGE = 1000
 
@@ -54,6 +56,9 @@ class Listing:
     has_marker: bool = False
     # Files hidden by a directory of the same name (``_prefer_directories``), by name.
     shadowed: dict[str, ObjectInfo] = field(default_factory=dict)
+    # Keys under it that no entry shows (a name `_valid_name` skips: too long, 'a//b', '.'):
+    # removing the directory must remove them, or it stays in S3 (rmdir).
+    unshown: bool = False
 
     def empty(self) -> bool:
         return not self.files and not self.dirs
@@ -186,6 +191,7 @@ class Store:
             listing.files.update(page.listing.files)
             listing.dirs |= page.listing.dirs
             listing.has_marker |= page.listing.has_marker
+            listing.unshown |= page.listing.unshown
             token = page.token
             if token is None:
                 break
@@ -211,6 +217,8 @@ class Store:
             reach = max(reach, rel)
             if _valid_name(rel[:-1]):
                 listing.dirs.add(rel[:-1])
+            else:
+                listing.unshown = True
         for obj in resp.get("Contents", ()):
             name = obj["Key"][len(prefix):]
             reach = max(reach, name)
@@ -220,6 +228,8 @@ class Store:
                 listing.files[name] = ObjectInfo(size=int(obj["Size"]),
                                                  etag=normal_etag(obj["ETag"]),
                                                  mtime=obj["LastModified"].timestamp())
+            else:
+                listing.unshown = True
         more = resp.get("IsTruncated") and resp.get("NextContinuationToken")
         return ListingPage(listing, reach, more or None)
 
@@ -254,6 +264,7 @@ class Store:
             where = ""
             for name in dirs:
                 if not _valid_name(name):
+                    tree[where].unshown = True
                     break
                 tree[where].dirs.add(name)
                 where = f"{where}/{name}" if where else name
@@ -265,6 +276,8 @@ class Store:
                     tree[where].files[leaf] = ObjectInfo(
                         size=int(obj["Size"]), etag=normal_etag(obj["ETag"]),
                         mtime=obj["LastModified"].timestamp())
+                else:
+                    tree[where].unshown = True
         for where, listing in tree.items():
             _prefer_directories(listing, f"{prefix}{where}/" if where else prefix)
         return tree
@@ -288,36 +301,38 @@ class Store:
         marker or deeper keys; a directory wins over a file of the same name, as in listings),
         None if neither.
 
-        One delimited LIST of the keys that start with the name, in pages of `PROBE_PAGE`. S3
-        returns keys and common prefixes in UTF-8 byte order (which is code-point order, as
-        Python compares str): the name's own key comes first, then siblings that extend it with
-        a character below "/" ("name-2", "name.bak"), then "name/", then the rest. So the answer
-        is known once a page reaches past "name/"; only siblings of the first kind make a second
-        page necessary. (A HEAD would be cheaper for the file alone, but cannot see a directory
-        that has no marker.)
+        One delimited LIST of `PROBE_PAGE` keys starting with the name. S3 returns keys and
+        common prefixes in UTF-8 byte order (which is code-point order, as Python compares
+        str): the name's own key comes first, then siblings that extend it with a character
+        below "/" ("name-2", "name.bak"), then "name/", then the rest. So the first page says
+        whether the file exists, and whether a directory does once it reaches past "name/".
+        When siblings fill it first (a bucket writer planted 20,000 "name-NNNNN"), a second
+        LIST of at most one key under "name/" settles the directory: two requests at most,
+        never a page per hundred siblings. (A HEAD would be cheaper for the file alone, but
+        cannot see a directory that has no marker.)
         """
         key = self.key(path)
         past = key + "/"
-        found: ObjectInfo | None = None
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": key, "Delimiter": "/",
-                                  "MaxKeys": PROBE_PAGE}
-        while True:
-            try:
-                resp = self.client.list_objects_v2(**kwargs)
-            except Exception as exc:
-                raise translate(exc, "LIST", key) from exc
-            prefixes = [cp["Prefix"] for cp in resp.get("CommonPrefixes", ())]
-            if past in prefixes:
-                return True
-            contents = resp.get("Contents", ())
-            for obj in contents:
-                if obj["Key"] == key:
-                    found = ObjectInfo(size=int(obj["Size"]), etag=normal_etag(obj["ETag"]),
-                                       mtime=obj["LastModified"].timestamp())
-            seen = [obj["Key"] for obj in contents] + prefixes
-            if not resp.get("IsTruncated") or (seen and max(seen) > past):
-                return found
-            kwargs["ContinuationToken"] = resp["NextContinuationToken"]
+        try:
+            resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key, Delimiter="/",
+                                               MaxKeys=PROBE_PAGE)
+        except Exception as exc:
+            raise translate(exc, "LIST", key) from exc
+        prefixes = [cp["Prefix"] for cp in resp.get("CommonPrefixes", ())]
+        if past in prefixes:
+            return True
+        contents = resp.get("Contents", ())
+        found = next((ObjectInfo(size=int(obj["Size"]), etag=normal_etag(obj["ETag"]),
+                                 mtime=obj["LastModified"].timestamp())
+                      for obj in contents if obj["Key"] == key), None)
+        seen = [obj["Key"] for obj in contents] + prefixes
+        if not resp.get("IsTruncated") or (seen and max(seen) > past):
+            return found
+        try:
+            below = self.client.list_objects_v2(Bucket=self.bucket, Prefix=past, MaxKeys=1)
+        except Exception as exc:
+            raise translate(exc, "LIST", past) from exc
+        return True if below.get("Contents") else found
 
     def dir_is_empty(self, path: str) -> bool:
         """True when nothing but the directory's own marker lives under it (one small LIST)."""
@@ -463,6 +478,18 @@ def _prefer_directories(listing: Listing, prefix: str) -> None:
         listing.shadowed[name] = listing.files.pop(name)
 
 
+def unshown_key(rel: str) -> bool:
+    """Whether a key (relative to a directory) is one no entry of that directory shows — its
+    first component a name `_valid_name` skips, or an s3fs `name_$folder$` marker — as
+    opposed to the directory's own marker ("") or a key under a shown entry."""
+    first, _, rest = rel.partition("/")
+    return bool(rel) and (not _valid_name(first) or (not rest and first.endswith("_$folder$")))
+
+
 def _valid_name(name: str) -> bool:
-    """Keys that cannot be shown as a directory entry ('a//b', '.', '..', '') are skipped."""
-    return bool(name) and "/" not in name and name not in (".", "..") and "\0" not in name
+    """Keys that cannot be shown as a directory entry ('a//b', '.', '..', '', a name longer
+    than NAME_MAX bytes) are skipped. A long one listed would be an entry no lookup can reach
+    (the kernel refuses the name, ENAMETOOLONG): `ls -l`, a view or `rm -r` of its directory
+    would fail on it — one planted key denying the whole directory."""
+    return (bool(name) and "/" not in name and name not in (".", "..") and "\0" not in name
+            and len(name.encode("utf-8", "surrogatepass")) <= NAME_MAX)
