@@ -123,13 +123,16 @@ def list_dir(mp: MemoryPath, dir_fd: int) -> str:
     fails the whole view (never a listing with entries silently missing); only entries that
     vanish while listing are left out."""
     entries = list_entries(mp, dir_fd)
-    return view.directory_listing(mp.display, entries, capped=entries.capped)
+    return view.directory_listing(mp.display, entries, capped=entries.capped,
+                                  unopened=entries.unopened)
 
 
 class Entries(list[tuple[int, str]]):
-    """`list_entries`' answer; `capped`: the walk stopped at `view.MAX_VIEW_NAMES` names."""
+    """`list_entries`' answer; `capped`: the walk stopped at `view.MAX_VIEW_NAMES` names;
+    `unopened`: subdirectories listed without their contents (past `view.MAX_VIEW_DIRS`)."""
 
     capped = False
+    unopened = 0
 
 
 def list_entries(mp: MemoryPath, dir_fd: int, rel: str = "", depth: int = 1,
@@ -142,12 +145,15 @@ def list_entries(mp: MemoryPath, dir_fd: int, rel: str = "", depth: int = 1,
     Bounded whatever the directory holds (issue #30: a planted directory of 100,000 entries
     took minutes and a gigabyte): names are read one by one (`os.scandir`) and the walk stops
     after `view.MAX_VIEW_NAMES` of them in all (`capped`), more than a 16,000-character
-    listing can show; only regular files are `stat`ed (for their size: a directory's type comes
-    with its name). On a memfs mount names come in order, so the first ones by name are kept;
-    and the daemon reads the metadata of only the names the kernel was asked for."""
+    listing can show, and opens at most `view.MAX_VIEW_DIRS` subdirectories (each is a LIST
+    for the daemon, empty or not); only regular files are `stat`ed (for their size: a
+    directory's type comes with its name). On a memfs mount names come in order, so the first
+    ones by name are kept; and the daemon reads the metadata of only the names the kernel was
+    asked for."""
     entries = Entries()
     base = mp.display.rstrip("/") or mp.display
     budget = [view.MAX_VIEW_NAMES]
+    dirs_left = [view.MAX_VIEW_DIRS]
 
     def read_names(fd: int, where: str) -> list[os.DirEntry[str]]:
         items = []
@@ -181,7 +187,10 @@ def list_entries(mp: MemoryPath, dir_fd: int, rel: str = "", depth: int = 1,
                 raise list_error(f"{base}/{item_rel}", err) from err
             if is_dir:
                 entries.append((view.DIRECTORY_SIZE, item_rel + "/"))
-                if depth < 2:
+                if depth < 2 and (budget[0] <= 0 or dirs_left[0] <= 0):
+                    entries.unopened += 1  # (with no names left to read, a LIST for nothing)
+                elif depth < 2:
+                    dirs_left[0] -= 1
                     try:
                         sub = os.open(item.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
                                       | os.O_CLOEXEC, dir_fd=fd)

@@ -33,6 +33,10 @@ EXCLUDED_NAMES = frozenset({"node_modules"})
 #: VIEW_CHAR_LIMIT characters can show (an entry line is at least ~8 characters), few enough
 #: that a planted directory of 100,000 entries costs what 2,000 do (docs/HANDLER.md, Bounds).
 MAX_VIEW_NAMES = 2_000
+#: A directory view opens at most this many subdirectories (each costs the daemon a LIST,
+#: however few names it holds): 3,000 planted subdirectories cost 2,000 LISTs before. The rest
+#: are shown without their contents.
+MAX_VIEW_DIRS = 100
 
 
 def format_size(n: int) -> str:
@@ -46,12 +50,13 @@ def format_size(n: int) -> str:
 
 
 def directory_listing(display: str, entries: Sequence[tuple[int, str]],
-                      capped: bool = False) -> str:
+                      capped: bool = False, unopened: int = 0) -> str:
     """`entries` are (size, relative path, with a trailing `/` for directories), in order.
 
     At most `VIEW_CHAR_LIMIT` characters of entry lines, like a file view; the rest are left
     out with a note saying how many. `capped`: the walk stopped after `MAX_VIEW_NAMES` names,
-    so there are more than `entries` (the note says so).
+    so there are more than `entries` (the note says so). `unopened`: how many subdirectories
+    are shown without their contents (past `MAX_VIEW_DIRS`; a note says so).
     """
     header = (
         f"Here're the files and directories up to 2 levels deep in {display}, "
@@ -81,6 +86,10 @@ def directory_listing(display: str, entries: Sequence[tuple[int, str]],
         lines.append(f"\n[Listing truncated: a view reads at most {MAX_VIEW_NAMES:,} names and "
                      f"this directory holds more; showing the {len(entries):,} entries among "
                      "them. View a subdirectory to see more.]")
+    if unopened:
+        lines.append(f"\n[Listing shortened: {unopened:,} subdirectories are shown without their "
+                     f"contents (a view reads at most {MAX_VIEW_NAMES:,} names and opens at most "
+                     f"{MAX_VIEW_DIRS:,} subdirectories). View a subdirectory to see inside it.]")
     return header + "\n" + "\n".join(lines)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memfs.memory.commands import MemoryHandler
-from memfs.memory.view import MAX_VIEW_NAMES, VIEW_CHAR_LIMIT
+from memfs.memory.view import MAX_VIEW_DIRS, MAX_VIEW_NAMES, VIEW_CHAR_LIMIT
 from memfs.mount.namespace import READDIR_PAGE
 from tests.conftest import BUCKET
 from tests.support.s3proxy import S3Proxy
@@ -85,3 +85,63 @@ def test_a_planted_directory_costs_the_daemon_only_the_pages_read(s3, s3_reset: 
     # root's; before: all of it (n // 1,000 pages) before the first entry.
     pages = -(-(MAX_VIEW_NAMES + 2 * READDIR_PAGE) // 1000)
     assert counts.get("LIST", 0) <= pages + 1 < n // 1000 + 1, counts
+
+
+def count_scandirs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    opened = [0]
+    real_scandir = os.scandir
+
+    def counting(fd):
+        opened[0] += 1
+        return real_scandir(fd)
+
+    monkeypatch.setattr(os, "scandir", counting)
+    return opened
+
+
+@pytest.mark.parametrize("files_each", [1, 0])
+def test_a_view_opens_a_bounded_number_of_subdirectories(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files_each: int) -> None:
+    """Second hostile review, class 3b: 3,000 planted subdirectories cost 2,000 LISTs, one per
+    subdirectory opened (also once no name was left to read). Opened: at most MAX_VIEW_DIRS."""
+    for i in range(3 * MAX_VIEW_DIRS):
+        sub = tmp_path / f"d{i:04d}"
+        sub.mkdir()
+        for j in range(files_each):
+            (sub / f"f{j}.md").write_text("x")
+    opened = count_scandirs(monkeypatch)
+    out = MemoryHandler(tmp_path).run({"command": "view", "path": "/memories"})
+    assert opened[0] == 1 + MAX_VIEW_DIRS
+    assert f"/memories/d{MAX_VIEW_DIRS - 1:04d}/f0.md" in out or not files_each
+    assert f"/memories/d{3 * MAX_VIEW_DIRS - 1:04d}/\n" in out  # shown, not opened
+    assert f"/memories/d{MAX_VIEW_DIRS:04d}/f0.md" not in out
+    assert (f"[Listing shortened: {2 * MAX_VIEW_DIRS:,} subdirectories are shown without their "
+            "contents") in out
+
+
+def test_no_subdirectory_is_opened_once_the_names_are_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(MAX_VIEW_NAMES + 10):
+        (tmp_path / f"d{i:05d}").mkdir()
+    opened = count_scandirs(monkeypatch)
+    out = MemoryHandler(tmp_path).run({"command": "view", "path": "/memories"})
+    assert opened[0] == 1
+    assert "a view reads at most 2,000 names" in out
+
+
+def test_planted_subdirectories_cost_the_daemon_a_list_per_opened_one(
+        s3, s3_reset: str, mount_factory) -> None:
+    n = 3 * MAX_VIEW_DIRS
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: s3.put_object(Bucket=BUCKET, Key=f"subs/d{i:04d}/f.md",
+                                              Body=b"x"), range(n)))
+    with S3Proxy(s3_reset) as proxy:
+        mount_factory.endpoint = proxy.url
+        m = mount_factory("", "--metadata-ttl", "30")
+        proxy.reset_counts()
+        out = MemoryHandler(m).run({"command": "view", "path": "/memories/subs"})
+        counts = proxy.counts()
+    assert "Listing shortened" in out
+    # The directory's own LIST and the root's, then one per subdirectory opened (before: one
+    # per subdirectory, n).
+    assert counts.get("LIST", 0) <= MAX_VIEW_DIRS + 2 < n, counts
