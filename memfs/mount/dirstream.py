@@ -81,3 +81,20 @@ class DirStream:
         assert not files.keys() & dirs, "a name both a file and a directory"
         assert not self.pending.keys() & (files.keys() | dirs), "a pending name already final"
         assert not self.complete or not self.pending, "a complete stream with pending files"
+
+
+def settled(page: ListingPage) -> tuple[dict[str, ObjectInfo], set[str]]:
+    """What one page, read from anywhere in a directory, settles by itself: every directory in
+    it, and each file once the page has reached past ``name/`` (no directory of its name can
+    come) and none is in it (a directory wins)."""
+    dirs = set(page.listing.dirs)
+    complete = page.token is None
+    files = {name: info for name, info in page.listing.files.items()
+             if name not in dirs and (complete or name + "/" <= page.reach)}
+    return files, dirs
+
+
+def settles_absence(page: ListingPage, name: str) -> bool:
+    """Whether a page read from just below ``name`` proves there is no entry ``name`` when it
+    shows none: it reached past ``name/`` (or was the last)."""
+    return page.token is None or name + "/" <= page.reach

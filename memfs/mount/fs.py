@@ -28,7 +28,8 @@ from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import Kind, Node, mode_limit
 from memfs.mount.state import AttrChange, Caller, Kernel, Opened
 from memfs.mountinfo import mount_entries
-from memfs.s3.store import NAME_MAX, Store
+from memfs.s3.keynames import NAME_MAX
+from memfs.s3.store import Store
 
 log = logging.getLogger(__name__)
 

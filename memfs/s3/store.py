@@ -30,6 +30,7 @@ import botocore.exceptions
 from memfs.s3.direct import DirectRequests, sendable
 from memfs.s3.endpoint import COPY_IF_MATCH, LEGACY_COPY_IF_MATCH, Capabilities, normal_etag
 from memfs.s3.errors import NotModified, StoreError, translate, translate_conditional
+from memfs.s3.keynames import valid_name
 from memfs.s3.objectmeta import ObjectInfo, info_from_metadata
 from memfs.s3.stats import RequestStats
 
@@ -38,8 +39,6 @@ log = logging.getLogger(__name__)
 #: Keys per page of a single-name probe. One page almost always decides (see `Store.probe`); a
 #: small page keeps each probe's response (and its XML parsing) small.
 PROBE_PAGE = 100
-#: The longest name (in bytes) a directory entry can have: the kernel's and FUSE's limit.
-NAME_MAX = 255
 #: The most keys S3 returns per LIST page.
 LIST_PAGE = 1000
 
@@ -56,7 +55,7 @@ class Listing:
     has_marker: bool = False
     # Files hidden by a directory of the same name (``_prefer_directories``), by name.
     shadowed: dict[str, ObjectInfo] = field(default_factory=dict)
-    # Keys under it that no entry shows (a name `_valid_name` skips: too long, 'a//b', '.'):
+    # Keys under it that no entry shows (a name `keynames.valid_name` skips: too long, 'a//b', '.'):
     # removing the directory must remove them, or it stays in S3 (rmdir).
     unshown: bool = False
 
@@ -198,14 +197,18 @@ class Store:
         _prefer_directories(listing, self.dir_key(path))
         return listing
 
-    def list_dir_page(self, path: str, token: str | None = None) -> ListingPage:
-        """One page (1,000 keys and prefixes) of a directory's delimited LIST, from its start or
-        from ``token``; a file and a directory of one name both stay in it (``list_dir``, or
-        the caller once it has every page, applies ``_prefer_directories``)."""
+    def list_dir_page(self, path: str, token: str | None = None, *,
+                      start_after: str | None = None) -> ListingPage:
+        """One page (1,000 keys and prefixes) of a directory's delimited LIST, from its start,
+        from ``token``, or from the first name after ``start_after`` (relative to the
+        directory); a file and a directory of one name both stay in it (``list_dir``, or the
+        caller once it has every page, applies ``_prefer_directories``)."""
         prefix = self.dir_key(path)
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "Delimiter": "/"}
         if token is not None:
             kwargs["ContinuationToken"] = token
+        if start_after is not None:
+            kwargs["StartAfter"] = prefix + start_after
         try:
             resp = self.client.list_objects_v2(**kwargs)
         except Exception as exc:
@@ -215,7 +218,7 @@ class Store:
         for cp in resp.get("CommonPrefixes", ()):
             rel = cp["Prefix"][len(prefix):]
             reach = max(reach, rel)
-            if _valid_name(rel[:-1]):
+            if valid_name(rel[:-1]):
                 listing.dirs.add(rel[:-1])
             else:
                 listing.unshown = True
@@ -224,7 +227,7 @@ class Store:
             reach = max(reach, name)
             if name == "":
                 listing.has_marker = True
-            elif _valid_name(name) and not name.endswith("_$folder$"):
+            elif valid_name(name) and not name.endswith("_$folder$"):
                 listing.files[name] = ObjectInfo(size=int(obj["Size"]),
                                                  etag=normal_etag(obj["ETag"]),
                                                  mtime=obj["LastModified"].timestamp())
@@ -263,7 +266,7 @@ class Store:
             *dirs, leaf = obj["Key"][len(prefix):].split("/")
             where = ""
             for name in dirs:
-                if not _valid_name(name):
+                if not valid_name(name):
                     tree[where].unshown = True
                     break
                 tree[where].dirs.add(name)
@@ -272,7 +275,7 @@ class Store:
             else:
                 if leaf == "":
                     tree[where].has_marker = True
-                elif _valid_name(leaf) and not leaf.endswith("_$folder$"):
+                elif valid_name(leaf) and not leaf.endswith("_$folder$"):
                     tree[where].files[leaf] = ObjectInfo(
                         size=int(obj["Size"]), etag=normal_etag(obj["ETag"]),
                         mtime=obj["LastModified"].timestamp())
@@ -476,20 +479,3 @@ def _prefer_directories(listing: Listing, prefix: str) -> None:
         log.warning("%s%s is both an object and a key prefix; showing the directory",
                     prefix, name)
         listing.shadowed[name] = listing.files.pop(name)
-
-
-def unshown_key(rel: str) -> bool:
-    """Whether a key (relative to a directory) is one no entry of that directory shows — its
-    first component a name `_valid_name` skips, or an s3fs `name_$folder$` marker — as
-    opposed to the directory's own marker ("") or a key under a shown entry."""
-    first, _, rest = rel.partition("/")
-    return bool(rel) and (not _valid_name(first) or (not rest and first.endswith("_$folder$")))
-
-
-def _valid_name(name: str) -> bool:
-    """Keys that cannot be shown as a directory entry ('a//b', '.', '..', '', a name longer
-    than NAME_MAX bytes) are skipped. A long one listed would be an entry no lookup can reach
-    (the kernel refuses the name, ENAMETOOLONG): `ls -l`, a view or `rm -r` of its directory
-    would fail on it — one planted key denying the whole directory."""
-    return (bool(name) and "/" not in name and name not in (".", "..") and "\0" not in name
-            and len(name.encode("utf-8", "surrogatepass")) <= NAME_MAX)

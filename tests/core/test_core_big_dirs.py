@@ -279,3 +279,38 @@ def test_rename_in_a_wide_directory_moves_the_file_its_name_hid() -> None:
         core.check_invariants()
 
     trio.run(main)
+
+
+def test_lookups_in_order_after_the_ttl_cost_a_list_per_page_not_per_name() -> None:
+    """`ls -l` or a view's stats in a directory of thousands outlast the TTL; each name was then
+    probed with its own LIST (second hostile review: 1,028 LISTs for a view of 3,000 files).
+    A probe reads a page from the name on, and that page confirms the names after it."""
+    store = big_store(3000)
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        big = await core.lookup(ROOT_INODE, "big")
+        assert big is not None
+        fh = await core.opendir(big.inode)
+        names = [n for n, _ in (await core.dir_entries(fh))[2:] if n.startswith("f")]
+        core.releasedir(fh)
+        nodes = [await core.lookup(big.inode, n) for n in names[:2000]]
+        assert big.listing is not None and all(n is not None for n in nodes)
+        # The TTL runs out (aged by hand: deterministic).
+        big.listing.fetched_at = 0.0
+        for node in core.inodes.by_path.values():
+            node.validated_at = 0.0
+        store.put("big/f00500", b"changed", {})  # another writer, meanwhile
+        store.delete("big/f00700")
+        store.calls.clear()
+        for name in names[:2000]:
+            await core.lookup(big.inode, name)
+        # A page per 1,000 names, and one more for each name the page could not confirm (the
+        # one changed, the one deleted): before, 2,000.
+        assert store.calls["LIST"] == 2 + 2, dict(store.calls)
+        changed = await core.lookup(big.inode, "f00500")
+        assert changed is not None and changed.size == len(b"changed")
+        assert await core.lookup(big.inode, "f00700") is None
+        core.check_invariants()
+
+    trio.run(main)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from memfs.s3.client import make_client
+from memfs.s3.keynames import name_just_below
 from memfs.s3.store import PROBE_PAGE, ObjectInfo, Store
 from tests.conftest import BUCKET
 
@@ -62,3 +63,19 @@ def test_a_file_and_a_directory_of_one_name_probe_as_the_directory(s3, s3_reset)
     s3.put_object(Bucket=BUCKET, Key="d/both/child", Body=b"c")
     store = Store(make_client(s3_reset, "us-east-1"), BUCKET)
     assert store.probe("d/both") is True
+
+
+def test_a_page_from_just_below_a_name_starts_at_it(s3, s3_reset) -> None:
+    """`Listings._probe_page` lists from a name on (StartAfter is exclusive): the page starts at
+    the name, files and directories alike, on the S3 the suite runs against (moto, Ceph RGW)."""
+    for key in ("d/a", "d/b-1", "d/b", "d/b/in", "d/c", "d/é", "d/z"):
+        s3.put_object(Bucket=BUCKET, Key=key, Body=b"")
+    store = Store(make_client(s3_reset, "us-east-1"), BUCKET)
+    for name, first in (("b", {"b"}), ("b-1", {"b-1"}), ("c", {"c"}), ("é", {"é"})):
+        below = name_just_below(name)
+        assert below is not None and below < name
+        page = store.list_dir_page("d", start_after=below)
+        shown = set(page.listing.files) | page.listing.dirs
+        assert first <= shown and not shown & {"a"}, (name, shown)
+    assert name_just_below(" ") is None  # a control character would be sent
+    assert name_just_below("\ue000") == "\ud7ff\U0010ffff"

@@ -83,7 +83,8 @@ class MemoryStore:
             self.calls["LIST"] += max(1, -(-entries // LIST_PAGE))
             return listing
 
-    def list_dir_page(self, path: str, token: str | None = None) -> ListingPage:
+    def list_dir_page(self, path: str, token: str | None = None, *,
+                      start_after: str | None = None) -> ListingPage:
         """As S3 pages a delimited LIST: keys and common prefixes in one order, 1,000 a page;
         the token is where the page reached. A file and a directory of one name both stay."""
         prefix = self.dir_key(path)
@@ -94,6 +95,8 @@ class MemoryStore:
                               for rest in [k[len(prefix):]]})
             if token is not None:
                 entries = [e for e in entries if e > token]
+            if start_after is not None:  # (S3 compares whole keys: "d/" > "d" as here)
+                entries = [e for e in entries if e > start_after]
             page, more = entries[:LIST_PAGE], len(entries) > LIST_PAGE
             listing = Listing()
             for rest in page:
