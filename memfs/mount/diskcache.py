@@ -114,9 +114,12 @@ class DiskCache:
         self.persistent = root is not None and max_bytes > 0
         self.max_bytes = max_bytes if self.persistent else SESSION_BYTES
         self._temporary = root is None
-        # The cache directory's real path, once: the checks below pass on the real directories,
-        # and a symlink on the way (another user's, in /tmp) could be re-pointed after them
+        # The real path, once, after making what is missing (0700; a symlink another user made
+        # there first is resolved too): the checks below pass on the real directories, and a
+        # symlink on the way (another user's, in /tmp) could be re-pointed after them
         # (cachetrust). memfs's own directory in it must not be a symlink at all (checked).
+        if root is not None:
+            private_dirs(root)
         self.root = Path(os.path.realpath(root.parent)) / root.name if root is not None else Path(
             tempfile.mkdtemp(prefix="memfs-cache-"))
         self.staging = self.root / "staging"
@@ -135,8 +138,6 @@ class DiskCache:
         # Runs a rewrite (of the whole records file: seconds for half a million entries) off
         # the caller's thread; inline when not given (tests, and the start of a mount).
         self._background = background or (lambda job: job())
-        # Nobody but this user may be able to change what the cache serves (cachetrust).
-        private_dirs(self.root)
         for d in (self.staging, self.objects, self.uploads):
             d.mkdir(mode=0o700, exist_ok=True)
         own = [self.root, self.staging, self.objects, self.uploads]

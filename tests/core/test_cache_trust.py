@@ -164,3 +164,31 @@ def test_a_single_part_entry_is_checked_against_its_etag(tmp_path: Path) -> None
     found = again.lookup("notes.md", etag)
     assert found is not None and again.verify(found)
     again.close()
+
+
+def test_a_missing_cache_dir_another_user_plants_as_a_symlink_is_resolved(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race the second hostile review named: the cache dir's real path was computed before
+    a missing directory was made; another user who made it a symlink in between (in a sticky
+    /tmp) to a directory that passes the checks (one of the victim's own) had the daemon keep a
+    path through their symlink, re-pointable after the checks. Now the path is resolved after
+    the directories exist: the daemon uses where the symlink led, whatever it leads to later."""
+    shared = tmp_path / "shared"
+    private_dirs(shared)
+    os.chmod(shared, 0o1777)
+    victims = tmp_path / "victims"
+    victims.mkdir(mode=0o700)
+    planted = shared / "cache"
+    real_mkdir = os.mkdir
+
+    def racing_mkdir(path, mode=0o777, **kw):
+        if Path(path) == planted and not os.path.lexists(planted):
+            planted.symlink_to(victims)  # (the other user's symlink, made between two calls)
+        return real_mkdir(path, mode, **kw)
+
+    monkeypatch.setattr(os, "mkdir", racing_mkdir)
+    cache = DiskCache(planted / "content-x", 1 << 20)
+    try:
+        assert cache.root == victims / "content-x"  # not through the symlink
+    finally:
+        cache.close()
