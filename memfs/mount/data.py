@@ -87,7 +87,7 @@ class DataPath(Prefetch):
         if of.dirty or of.is_new:
             return True
         node = of.node
-        return (of.body is None or of.base_etag == node.etag) and self._fresh(node.validated_at)
+        return (of.body is None or of.base_etag == node.etag) and self.fresh(node.validated_at)
 
     def _new_handle(self, of: OpenFile, ctx: Caller, *, writing: bool,
                     append: bool = False) -> Opened:
@@ -307,7 +307,7 @@ class DataPath(Prefetch):
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         of = self.handles.files[fh]
-        await self._settled(of.node.path)  # a deferred rename of it is durable too
+        await self.settled(of.node.path)  # a deferred rename of it is durable too
         await self._flush(of, commit=True)
 
     async def release(self, fh: int) -> None:

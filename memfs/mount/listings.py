@@ -61,18 +61,18 @@ class Listings(CoreState):
         with the directories beside it (``_shared_tree``), as its own small tree
         (``_small_tree``), or with one (paginated) delimited LIST."""
         self._mark_used(dnode)
-        if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
+        if dnode.listing is not None and self.fresh(dnode.listing.fetched_at):
             return dnode.listing
         shared = self._shared_tree(dnode)
         if shared is not None:
             top, below = shared
             async with self.flights.hold(("LIST", top.inode)):
-                if dnode.listing is None or not self._fresh(dnode.listing.fetched_at):
+                if dnode.listing is None or not self.fresh(dnode.listing.fetched_at):
                     await self._list_tree(top, below, SHARED_TREE_KEYS, shared=True)
-            if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
+            if dnode.listing is not None and self.fresh(dnode.listing.fetched_at):
                 return dnode.listing
         async with self.flights.hold(("LIST", dnode.inode)):
-            if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
+            if dnode.listing is not None and self.fresh(dnode.listing.fetched_at):
                 return dnode.listing
             small = None if dnode.big_tree else self._small_tree(dnode, BIG_DIR // 2)
             if small is not None and await self._list_tree(dnode, small[0], BIG_DIR):
@@ -81,7 +81,7 @@ class Listings(CoreState):
             path = dnode.path
             await self.moves.settled(dirs=[path])  # S3 has every move into or out of it
             started = time.time()
-            listing = await self._s3(self.store.list_dir, path)
+            listing = await self.s3(self.store.list_dir, path)
             return self._install(dnode, listing, started, time.time())
 
     async def _readdir_listing(self, dnode: Node) -> DirCache | DirStream:
@@ -91,7 +91,7 @@ class Listings(CoreState):
         a directory of 100,000 entries costs a reader that stops early only what it read."""
         self._mark_used(dnode)
         known = dnode.listing
-        if known is not None and (self._fresh(known.fetched_at)
+        if known is not None and (self.fresh(known.fetched_at)
                                   or len(known.files) + len(known.dirs) <= BIG_DIR):
             return await self._listing(dnode)
         if known is None and self._shared_tree(dnode) is not None:
@@ -99,7 +99,7 @@ class Listings(CoreState):
         # The first page under the directory's LIST flight: a lookup racing this readdir waits
         # for it and, when one page held everything, finds the listing installed.
         async with self.flights.hold(("LIST", dnode.inode)):
-            if dnode.listing is not None and self._fresh(dnode.listing.fetched_at):
+            if dnode.listing is not None and self.fresh(dnode.listing.fetched_at):
                 return dnode.listing
             stream = DirStream()
             installed = await self._stream_more(dnode, stream)
@@ -110,7 +110,7 @@ class Listings(CoreState):
         if stream.pages == 0:
             await self.moves.settled(dirs=[dnode.path])  # S3 has every move into or out of it
             stream.started = time.time()
-        page = await self._s3(self.store.list_dir_page, dnode.path, stream.token)
+        page = await self.s3(self.store.list_dir_page, dnode.path, stream.token)
         if stream.pages == 0:
             stream.arrived = time.time()
         stream.add(page)
@@ -145,7 +145,7 @@ class Listings(CoreState):
             await self.moves.settled(trees=[path])
             moving = set()
         started = time.time()
-        tree = await self._s3(self.store.list_tree, path, max_keys)
+        tree = await self.s3(self.store.list_tree, path, max_keys)
         if tree is None:
             top.big_tree = True
             return False
@@ -215,7 +215,7 @@ class Listings(CoreState):
         while node.inode != ROOT_INODE:
             parent = self.inodes.at(node.parent_path())
             if (parent is None or parent.listing is None or parent.big_tree
-                    or self._fresh(parent.listing.fetched_at)):
+                    or self.fresh(parent.listing.fetched_at)):
                 break
             chain.append(parent)
             node = parent
@@ -276,7 +276,7 @@ class Listings(CoreState):
         node = self.inodes.at(path)
         kind = listing.kind_of(name)
         now = listing.fetched_at
-        if node is not None and self._is_local(node):
+        if node is not None and self.is_local(node):
             return node
         if kind is None:
             if node is not None:
@@ -322,7 +322,7 @@ class Listings(CoreState):
         # keeps an agent's listings fresh: the agent must still count as in use).
         self._mark_used(parent)
         node = self.inodes.at(child_path(parent.path, name))
-        if node is not None and (self._fresh(node.validated_at) or self._is_local(node)):
+        if node is not None and (self.fresh(node.validated_at) or self.is_local(node)):
             return node
         stale = parent.listing
         if node is not None and self._own_listing_answers(parent, node):
@@ -330,12 +330,12 @@ class Listings(CoreState):
             # parent. Keys under it prove it exists, and its listing is what the next lookup
             # (of a name inside it) needs: one LIST where re-listing the parent cost two.
             await self._listing(node)
-            if self._fresh(node.validated_at) and self.inodes.at(node.path) is node:
+            if self.fresh(node.validated_at) and self.inodes.at(node.path) is node:
                 return node
         if for_create and node is None and stale is not None and stale.kind_of(name) is None:
             return None
         big_and_expired = stale is not None and len(stale.files) + len(
-            stale.dirs) > BIG_DIR and not self._fresh(stale.fetched_at)
+            stale.dirs) > BIG_DIR and not self.fresh(stale.fetched_at)
         if stale is None and not parent.wide:
             # Never listed here: its first page (or its tree, shared with the directories
             # beside it) is the listing when it holds everything; else the directory is wide
@@ -355,7 +355,7 @@ class Listings(CoreState):
         own, above = node.listing, parent.listing
         return (node.kind is Kind.DIR and own is not None
                 and len(own.files) + len(own.dirs) <= BIG_DIR
-                and (above is None or not self._fresh(above.fetched_at)))
+                and (above is None or not self.fresh(above.fetched_at)))
 
     async def _probe(self, parent: Node, name: str) -> Node | None:
         """``_resolve`` in a big directory whose listing has expired: ask S3 about this one
@@ -363,13 +363,13 @@ class Listings(CoreState):
         `cat`, `stat` or create. The expired listing takes the answer, so a readdir that
         re-lists later stays consistent with it."""
         path = child_path(parent.path, name)
-        await self._settled(path)
+        await self.settled(path)
         found = await self._probe_page(parent, name)
         if found is _UNSETTLED:  # the page did not reach the name's answer: ask for it alone
-            found = await self._s3(self.store.probe, path)
+            found = await self.s3(self.store.probe, path)
         now = time.time()
         node = self.inodes.at(path)
-        if node is not None and self._is_local(node):
+        if node is not None and self.is_local(node):
             return node  # became this mount's own while S3 answered
         if parent.listing is not None:
             what: object = None
@@ -408,7 +408,7 @@ class Listings(CoreState):
         below = name_just_below(name)
         if below is None:
             return _UNSETTLED
-        page = await self._s3(self.store.list_dir_page, parent.path, start_after=below)
+        page = await self.s3(self.store.list_dir_page, parent.path, start_after=below)
         files, dirs = settled(page)
         self._confirm(parent, files, dirs, time.time())
         if name in dirs:
@@ -423,7 +423,7 @@ class Listings(CoreState):
         """S3 still holds what these nodes name (the version, or the directory): fresh again."""
         for name in dirs | files.keys():
             node = self.inodes.at(child_path(parent.path, name))
-            if node is None or self._is_local(node) or (node.kind is Kind.DIR) != (name in dirs):
+            if node is None or self.is_local(node) or (node.kind is Kind.DIR) != (name in dirs):
                 continue
             if node.kind is Kind.DIR or node.etag == files[name].etag:
                 node.validated_at = max(node.validated_at, now)
@@ -437,8 +437,8 @@ class Listings(CoreState):
         if shadowed is None:
             return
         path = child_path(parent.path, name)
-        await self._settled(path)
-        await self._s3(self.store.delete, path)
+        await self.settled(path)
+        await self.s3(self.store.delete, path)
         self.usage.removed(shadowed.size)
         self.content.discard(path)
         log.warning("rmdir %s: also deleted the object %s%s it hid (a file and a directory of "
@@ -451,10 +451,10 @@ class Listings(CoreState):
         # Only those: a key with a showable name is somebody's new entry (written since the
         # listing), and stays — as does the directory then.
         keys = [f"{node.path}/{rel}" for rel, _info in
-                await self._s3(lambda: list(self.store.walk_keys(node.path)))
+                await self.s3(lambda: list(self.store.walk_keys(node.path)))
                 if unshown_key(rel)]
         if keys:
-            await self._s3(self.store.delete_keys, keys)
+            await self.s3(self.store.delete_keys, keys)
             log.warning("rmdir %s: also deleted %d key(s) under it that no entry shows (e.g. "
                         "%s%s)", node.path, len(keys), self.config.prefix, keys[0])
 
@@ -465,10 +465,10 @@ class Listings(CoreState):
         left — a name reported removed or renamed that comes back."""
         listing = parent.listing
         shadowed = listing.shadowed.pop(name, None) if listing is not None else None
-        if shadowed is None and (listing is None or not self._fresh(listing.fetched_at)):
+        if shadowed is None and (listing is None or not self.fresh(listing.fetched_at)):
             # No fresh listing to say (a wide directory's names are probed, and a probe sees
             # only that a directory wins): ask S3 for the file itself.
-            shadowed = await self._s3(self.store.head, child_path(parent.path, name))
+            shadowed = await self.s3(self.store.head, child_path(parent.path, name))
         return shadowed
 
     def _listing_add(self, parent_path: str, name: str, node: Node) -> None:

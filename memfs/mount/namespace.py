@@ -72,7 +72,7 @@ class Namespace(Listings):
         if (dnode.inode == ROOT_INODE or listing is None or listing.has_marker
                 or listing.names()):
             return
-        await self._s3(self.store.put, dnode.path, b"", self._metadata(dnode), directory=True,
+        await self.s3(self.store.put, dnode.path, b"", self._metadata(dnode), directory=True,
                        content_type=protocol.DIR_CONTENT_TYPE)
         listing.has_marker = True
 
@@ -86,7 +86,7 @@ class Namespace(Listings):
             node = self.inodes.at(parent.parent_path()) or parent
         else:
             found = await self._resolve(parent, name)
-            if found is not None and not found.meta_known and not self._is_local(found):
+            if found is not None and not found.meta_known and not self.is_local(found):
                 found = await self._read_metadata(found)
             if found is None:
                 return None
@@ -112,11 +112,11 @@ class Namespace(Listings):
             return await self._read_metadata_once(node)
 
     async def _read_metadata_once(self, node: Node) -> Node | None:
-        await self._settled(node.path)
+        await self.settled(node.path)
         path = node.path
         now = time.time()
         if node.kind is Kind.DIR:
-            info = await self._s3(self.store.head, path, directory=True)
+            info = await self.s3(self.store.head, path, directory=True)
             if info is not None and info.mode is not None:
                 node.mode = stat.S_IFDIR | stat.S_IMODE(info.mode)
                 node.uid = node.uid if info.uid is None else info.uid
@@ -130,9 +130,9 @@ class Namespace(Listings):
             if cached is not None:
                 info, data = cached
             elif node.size <= SMALL_FILE:
-                data, info = await self._s3(self.store.get, path)
+                data, info = await self.s3(self.store.get, path)
             else:
-                info = await self._s3(self.store.head, path)
+                info = await self.s3(self.store.head, path)
         except StoreError as exc:
             if exc.errno != errno.ENOENT:
                 raise
@@ -158,7 +158,7 @@ class Namespace(Listings):
     def _cached_info(self, node: Node) -> tuple[ObjectInfo, bytes | None] | None:
         """The metadata the content cache kept with the version a fresh listing names (after
         a restart: no request for what an earlier mount read), with a symlink's target."""
-        if node.etag is None or not self._fresh(node.validated_at):
+        if node.etag is None or not self.fresh(node.validated_at):
             return None
         entry = self.content.lookup(node.path, node.etag)
         if entry is None or entry.info is None or entry.info.etag != node.etag:
@@ -185,17 +185,17 @@ class Namespace(Listings):
                 await self._read_metadata(node)  # one HEAD of its marker, once per mount
             return node, True
         if node.detached or inode in self.handles.shared or (
-                self._fresh(node.validated_at) and node.meta_known):
+                self.fresh(node.validated_at) and node.meta_known):
             return node, True
         async with self.flights.hold(node.path):
-            if not node.detached and self._fresh(node.validated_at) and node.meta_known:
+            if not node.detached and self.fresh(node.validated_at) and node.meta_known:
                 return node, True  # revalidated by the caller this one waited for
             return await self._revalidate(node)
 
     async def _revalidate(self, node: Node) -> tuple[Node, bool]:
         """``getattr``'s HEAD of a file whose attributes are older than the TTL."""
-        await self._settled(node.path)
-        info = await self._s3(self.store.head, node.path)
+        await self.settled(node.path)
+        info = await self.s3(self.store.head, node.path)
         if info is None:
             self.inodes.detach(node.path)
             self._listing_remove(node.parent_path(), node.name())
@@ -222,8 +222,8 @@ class Namespace(Listings):
         if node.kind is not Kind.LINK:
             raise fail(errno.EINVAL)
         if node.symlink_target is None:
-            await self._settled(node.path)
-            data, info = await self._s3(self.store.get, node.path)
+            await self.settled(node.path)
+            data, info = await self.s3(self.store.get, node.path)
             node.apply_info(info, time.time())
             node.symlink_target = data
         return node.symlink_target
@@ -348,7 +348,7 @@ class Namespace(Listings):
         than show defaults as facts.
         """
         unknown = [i for i, (_, n) in enumerate(children)
-                   if not n.meta_known and not self._is_local(n)]
+                   if not n.meta_known and not self.is_local(n)]
         if not unknown:
             return children
         found: list[Node | None] = [n for _, n in children]
@@ -378,7 +378,7 @@ class Namespace(Listings):
             parent, path = await self._new_name(parent_inode, text, directory=True)
             now = time.time()
             dir_mode = stat.S_IFDIR | stat.S_IMODE(mode)
-            await self._s3(self.store.put, path, b"", self._meta(dir_mode, ctx.uid, ctx.gid, now),
+            await self.s3(self.store.put, path, b"", self._meta(dir_mode, ctx.uid, ctx.gid, now),
                            directory=True, content_type=protocol.DIR_CONTENT_TYPE)
             node = self.inodes.add(path, Kind.DIR, dir_mode, ctx.uid, ctx.gid)
             node.meta_known = True
@@ -407,7 +407,7 @@ class Namespace(Listings):
                 raise fail(errno.ENOTEMPTY)
             if listing.unshown:
                 await self._remove_unshown(node)
-            await self._s3(self.store.delete, node.path, directory=True)
+            await self.s3(self.store.delete, node.path, directory=True)
             await self._remove_shadowed(parent, text)
             self.inodes.detach(node.path)
             self._listing_remove(parent.path, text)
@@ -421,8 +421,8 @@ class Namespace(Listings):
                 raise fail(errno.EISDIR)
             of = self.handles.shared.get(node.inode)
             if of is None or not of.is_new:  # a file never uploaded has nothing in S3
-                await self._settled(node.path)
-                await self._s3(self.store.delete, node.path)
+                await self.settled(node.path)
+                await self.s3(self.store.delete, node.path)
                 self.usage.removed(of.remote_size if of else node.size)
             self.inodes.detach(node.path)
             self._listing_remove(parent.path, text)
@@ -446,9 +446,9 @@ class Namespace(Listings):
         async with self.ns_locks.claim(dirs=[self._dir(parent_inode).path]):
             parent, path = await self._new_name(parent_inode, text, directory=False)
             self._check_file_count()
-            await self._settled(path)  # a file moved away from this name has left S3
+            await self.settled(path)  # a file moved away from this name has left S3
             now = time.time()
-            info = await self._s3(self.store.put, path, body,
+            info = await self.s3(self.store.put, path, body,
                                   self._meta(mode, ctx.uid, ctx.gid, now, rdev=rdev),
                                   if_none_match=True)
             self.usage.added(len(body), new_file=True)
@@ -464,12 +464,12 @@ class Namespace(Listings):
 
     async def _write_metadata(self, node: Node) -> None:
         """chmod/chown/utimens on a closed entry: one request, no data through us."""
-        await self._settled(node.path)  # the COPY in place is conditional on its ETag
+        await self.settled(node.path)  # the COPY in place is conditional on its ETag
         if node.kind is Kind.DIR:
             # Also turns an implied directory into one with a marker that carries the metadata.
-            await self._s3(self.store.put, node.path, b"", self._metadata(node), directory=True,
+            await self.s3(self.store.put, node.path, b"", self._metadata(node), directory=True,
                            content_type=protocol.DIR_CONTENT_TYPE)
         else:
-            node.etag = await self._s3(self.store.copy, node.path, node.path,
+            node.etag = await self.s3(self.store.copy, node.path, node.path,
                                        metadata=self._metadata(node), src_etag=node.etag)
         node.validated_at = time.time()

@@ -145,15 +145,15 @@ class Prefetch(ReadAhead):
         return (node.kind is Kind.FILE and not node.detached and node.etag is not None
                 and node.size <= PREFETCH_MAX and node.path not in self._prefetching
                 and (node.path, node.etag) not in self._prefetched
-                and self.handles.shared.get(node.inode) is None and not self._is_local(node)
+                and self.handles.shared.get(node.inode) is None and not self.is_local(node)
                 and self.content.lookup(node.path, node.etag) is None)
 
     async def _prefetch_file(self, node: Node, path: str, done: trio.Event) -> None:
         """GET one object into the content cache; failures are the open's to meet."""
         assert self._prefetching is not None
         try:
-            await self._settled(path)  # a moved object is read from its new key
-            data, info = await self._s3(self.store.get, path)
+            await self.settled(path)  # a moved object is read from its new key
+            data, info = await self.s3(self.store.get, path)
             if node.path == path and not node.detached and self.content.lookup(
                     path, info.etag) is None:
                 blob = self._staged(Blob.from_bytes, self.content.staging, data, info.etag)

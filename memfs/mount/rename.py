@@ -133,12 +133,12 @@ class Renames(DataPath):
             try:
                 if not src_parent.detached:
                     await self._keep_directory(src_parent)
-                await self._s3(self.store.delete, move.src)
+                await self.s3(self.store.delete, move.src)
             except OSError:
                 # Reported as failed, so leave no copy behind if we can: S3 keeps the source.
                 left = "both names"
                 with contextlib.suppress(StoreError):
-                    await self._s3(self.store.delete, move.dst)
+                    await self.s3(self.store.delete, move.dst)
                     left = "the source only"
                 raise
             if node.path == move.dst:
@@ -186,13 +186,13 @@ class Renames(DataPath):
         await self._upload_before_move(src)
         new_etag, copied = await self._copy_for_rename(src, src.path, dst_path, src.etag)
         try:
-            await self._s3(self.store.delete, src.path)
+            await self.s3(self.store.delete, src.path)
         except StoreError:
             copy_removed = False
             if not replacing:
                 # Reported as failed, so leave no copy behind: S3 keeps just the source.
                 with contextlib.suppress(StoreError):
-                    await self._s3(self.store.delete, dst_path)
+                    await self.s3(self.store.delete, dst_path)
                     copy_removed = True
             if not copy_removed:
                 self._show_copy(src, dst_path, new_etag)
@@ -207,11 +207,11 @@ class Renames(DataPath):
         with what S3 holds, as rename(2) moves names: one HEAD, the node takes that version,
         and the COPY again, conditional on it."""
         try:
-            return await self._s3(self.store.copy, src_path, dst_path, src_etag=etag), etag
+            return await self.s3(self.store.copy, src_path, dst_path, src_etag=etag), etag
         except StoreError as exc:
             if exc.errno != errno.ESTALE or any(of.node is node for of in self.handles.states()):
                 raise
-        info = await self._s3(self.store.head, src_path)
+        info = await self.s3(self.store.head, src_path)
         if info is None:
             raise fail(errno.ENOENT)
         if info.mode is not None and kind_of_mode(info.mode) is not node.kind:
@@ -219,7 +219,7 @@ class Renames(DataPath):
         node.apply_info(info, time.time())
         self.content.discard(node.path)
         self.kernel.forget_attrs(node.inode)
-        return await self._s3(self.store.copy, src_path, dst_path, src_etag=info.etag), \
+        return await self.s3(self.store.copy, src_path, dst_path, src_etag=info.etag), \
             info.etag
 
     def _follow_copy(self, node: Node, copied: str | None, new_etag: str) -> None:
@@ -259,23 +259,23 @@ class Renames(DataPath):
         with it, hidden at the new name as at the old; left behind, it would show up at the old
         name once the directory had gone (docs/SEMANTICS.md, "A file and a directory of the same
         name"). An empty directory replaced goes as ``rmdir`` would, with the file it hid."""
-        keys = await self._s3(lambda: list(self.store.walk_keys(src.path)))
+        keys = await self.s3(lambda: list(self.store.walk_keys(src.path)))
         for of in list(self.handles.shared.values()):
             if of.node.path.startswith(src.path + "/") and (of.dirty or of.is_new):
                 async with of.lock:
                     await self._upload(of)
-                keys = await self._s3(lambda: list(self.store.walk_keys(src.path)))
+                keys = await self.s3(lambda: list(self.store.walk_keys(src.path)))
         hidden = await self._take_shadowed(src_parent, src.name())
         if dst is not None:
-            await self._s3(self.store.delete, dst.path, directory=True)
+            await self.s3(self.store.delete, dst.path, directory=True)
             await self._remove_shadowed(dst_parent, dst.name())
         moved_hidden: list[str] = []
 
         async def copy_one(rel: str) -> None:
-            await self._s3(self.store.copy, f"{src.path}/{rel}", f"{dst_path}/{rel}")
+            await self.s3(self.store.copy, f"{src.path}/{rel}", f"{dst_path}/{rel}")
 
         async def copy_hidden(info: ObjectInfo) -> None:
-            etag = await self._s3(self.store.copy, src.path, dst_path, src_etag=info.etag)
+            etag = await self.s3(self.store.copy, src.path, dst_path, src_etag=info.etag)
             moved_hidden.append(src.path)
             if dst_parent.listing is not None:
                 dst_parent.listing.shadowed[dst_path.rpartition("/")[2]] = ObjectInfo(
@@ -286,7 +286,7 @@ class Renames(DataPath):
                 nursery.start_soon(copy_one, rel)
             if hidden is not None:
                 nursery.start_soon(copy_hidden, hidden)
-        await self._s3(self.store.delete_keys,
+        await self.s3(self.store.delete_keys,
                        [f"{src.path}/{rel}" for rel, _ in keys] + moved_hidden)
         if moved_hidden:
             self.content.discard(src.path)

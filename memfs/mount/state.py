@@ -187,12 +187,12 @@ class CoreState:
 
     # -- helpers every concern uses ----------------------------------------------------------
 
-    async def _s3(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def s3(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking store call in a worker thread."""
         return await trio.to_thread.run_sync(
             functools.partial(fn, *args, **kwargs), limiter=self.limiter)
 
-    async def _settled(self, path: str) -> None:
+    async def settled(self, path: str) -> None:
         """Wait until S3 has every deferred move of the name ``path`` (``moves``). Called
         before reading what a request on that object is built from (its ETag, its key): after
         a move the object has a new key and may have a new ETag."""
@@ -246,7 +246,7 @@ class CoreState:
                   errno.errorcode[err])
         return fail(err)
 
-    def _fresh(self, t: float) -> bool:
+    def fresh(self, t: float) -> bool:
         return time.time() - t <= self.ttl
 
     def _node(self, inode: int) -> Node:
@@ -280,7 +280,7 @@ class CoreState:
     def _check_total(self, delta_bytes: int) -> None:
         self.usage.check_add(delta_bytes)
 
-    def _is_local(self, node: Node) -> bool:
+    def is_local(self, node: Node) -> bool:
         """True when this mount holds the authoritative state (a file not yet uploaded)."""
         of = self.handles.shared.get(node.inode)
         if of is not None and of.local:

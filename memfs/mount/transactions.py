@@ -36,7 +36,7 @@ class Transactions(DataPath):
     async def current_usage(self) -> Usage:
         """Usage against the quotas, recounted with S3 when it is stale (statfs, memfs df)."""
         if self.usage.stale():
-            self.usage.reset(await self._s3(Usage.scan, self.store))
+            self.usage.reset(await self.s3(Usage.scan, self.store))
         return self.usage
 
     def _root_xattrs(self) -> dict[str, bytes]:

@@ -94,7 +94,7 @@ class Upload(Namespace):
         if of.is_new:
             of.body = self._new_blob()
             return
-        fresh = self._fresh(node.validated_at) and not revalidate
+        fresh = self.fresh(node.validated_at) and not revalidate
         entry = self.content.lookup(node.path)
         if entry is not None and entry.etag == node.etag and not fresh and not revalidate:
             fresh = await self._confirm_by_listing(node)
@@ -106,12 +106,12 @@ class Upload(Namespace):
                 of.body, of.base_etag = blob, entry.etag
                 return
             entry = None
-        await self._settled(node.path)  # a moved object is read from its new key
+        await self.settled(node.path)  # a moved object is read from its new key
         if node.size > self.config.part_size:
             await self._load_ranged(of, fresh, expect)
             return
         try:
-            data, info = await self._s3(self.store.get, node.path,
+            data, info = await self.s3(self.store.get, node.path,
                                         if_none_match=entry.etag if entry else None)
         except NotModified:
             assert entry is not None
@@ -149,7 +149,7 @@ class Upload(Namespace):
                 or self.ttl <= 0):  # with no TTL, nothing a LIST says counts as confirmed
             return False
         listing = await self._listing(parent)
-        return self._sync_child(parent, node.name(), listing) is node and self._fresh(
+        return self._sync_child(parent, node.name(), listing) is node and self.fresh(
             node.validated_at)
 
     async def _load_ranged(self, of: OpenFile, fresh: bool, expect: str | None) -> None:
@@ -157,7 +157,7 @@ class Upload(Namespace):
         node = of.node
         if not fresh or node.etag is None:
             try:
-                info = await self._s3(self.store.head, node.path)
+                info = await self.s3(self.store.head, node.path)
             except StoreError as exc:
                 if exc.errno == errno.ENOENT:
                     self._forget_deleted(node)
@@ -202,7 +202,7 @@ class Upload(Namespace):
     async def _fetch(self, of: OpenFile, start: int, end: int, body: Blob | None = None) -> None:
         """Fill the missing ranges of [start, end) of ``body`` (default: the open file's) with
         ranged GETs of the version the bytes derive from; ESTALE if S3 holds another one now."""
-        await self._settled(of.node.path)
+        await self.settled(of.node.path)
         body = body or of.body
         etag = (body.etag if body is not None else None) or of.base_etag
         assert body is not None and etag is not None
@@ -211,7 +211,7 @@ class Upload(Namespace):
             while pos < gap_end:  # one GET per part-size span at most
                 stop = min(gap_end, pos + self.config.part_size)
                 try:
-                    await self._s3(transfer.fetch_range, self.store, of.node.path,
+                    await self.s3(transfer.fetch_range, self.store, of.node.path,
                                    _Filling(body), pos, stop, etag)
                 except StoreError as exc:
                     if exc.errno == errno.ESTALE:
@@ -276,7 +276,7 @@ class Upload(Namespace):
     async def _upload(self, of: OpenFile) -> None:
         """Upload the whole file: one conditional PUT, or a multipart upload with a conditional
         completion above the part size. Caller holds ``of.lock``."""
-        await self._settled(of.node.path)  # its condition is the ETag S3 gives the moved object
+        await self.settled(of.node.path)  # its condition is the ETag S3 gives the moved object
         node = of.node
         if of.body is None:
             await self._load(of)
@@ -351,7 +351,7 @@ class Upload(Namespace):
         size, its bytes in memory once, read in the worker thread; else parts, or one streamed
         PUT where the endpoint does not condition multipart completion). Returns the new
         ETag."""
-        return await self._s3(
+        return await self.s3(
             transfer.upload, self.store, path, body, metadata,
             part_size=self.config.part_size,
             workers=max(1, min(PART_WORKERS, PART_MEMORY // self.config.part_size)),
@@ -360,7 +360,7 @@ class Upload(Namespace):
     async def _current(self, path: str) -> ObjectInfo | bool | None:
         """What S3 holds at ``path`` now (None: nothing; False: could not tell)."""
         try:
-            return await self._s3(self.store.head, path)
+            return await self.s3(self.store.head, path)
         except StoreError:
             return False
 

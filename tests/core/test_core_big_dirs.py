@@ -109,7 +109,7 @@ def test_a_tree_grown_past_a_page_elsewhere_is_tried_once() -> None:
         store.calls.clear()
         await core._listing(d)  # the whole tree, small: one LIST fills d's and s's listings
         assert dict(store.calls) == {"LIST": 1} and store.trees == 1
-        assert s.listing is not None and core._fresh(s.listing.fetched_at)
+        assert s.listing is not None and core.fresh(s.listing.fetched_at)
         for i in range(1100):  # written elsewhere
             store.put(f"d/s/n{i:04d}", b"", {})
         time.sleep(TTL + 0.1)

@@ -57,7 +57,7 @@ def expire() -> None:
 
 def fresh(core: MemFSCore, path: str) -> bool:
     node = core.inodes.at(path)
-    return node is not None and node.listing is not None and core._fresh(node.listing.fetched_at)
+    return node is not None and node.listing is not None and core.fresh(node.listing.fetched_at)
 
 
 def test_agents_in_use_share_one_listing_of_their_parent() -> None:
