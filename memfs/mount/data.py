@@ -44,7 +44,7 @@ class DataPath(Prefetch):
         parent = self._dir(parent_inode)
         async with self.ns_locks.claim(dirs=[parent.path]):
             self._writable(child_path(parent.path, text))
-            existing = await self._resolve(parent, text, for_create=True)
+            existing = await self.listings.resolve(parent, text, for_create=True)
             if existing is not None:
                 # Created elsewhere after the kernel cached a negative lookup.
                 if flags & os.O_EXCL:
@@ -65,7 +65,7 @@ class DataPath(Prefetch):
             node.mtime = node.validated_at = time.time()
             of = OpenFile(node, body=self._new_blob(), is_new=True, dirty=True)
             self.handles.shared[node.inode] = of
-            self._listing_add(parent.path, text, node)
+            self.listings.add(parent.path, text, node)
             self.inodes.hold(node)
             writing = flags & os.O_ACCMODE != os.O_RDONLY
             fi = self._new_handle(of, ctx, writing=writing,

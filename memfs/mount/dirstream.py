@@ -13,7 +13,7 @@ hands out each name once it is final:
 
 Names are handed out in the order they became final: stable (readdir offsets index into it),
 though not always sorted across pages. Only the names and the LIST's attributes are held, as a
-whole listing would hold them; nothing here sends a request (``Listings._stream_more`` does).
+whole listing would hold them; nothing here sends a request (``ListingCache.stream_more`` does).
 """
 
 from __future__ import annotations

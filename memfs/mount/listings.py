@@ -3,7 +3,7 @@
 A directory's children come from one delimited LIST, cached on its node for ``--metadata-ttl``
 and kept in step with this mount's own changes (``_listing_change``), so a lookup in a listed
 directory costs nothing. In a big directory whose listing has expired, one name is probed
-(``_probe``: a LIST of the keys starting with it) instead of re-listing everything.
+(``_probe``: a LIST page starting at it) instead of re-listing everything.
 
 Under load an agent's commands come further apart than the TTL, so every directory on its paths
 has expired; three rules keep that to about one LIST per command without answering from an
@@ -13,10 +13,10 @@ inside it needs next (``_own_listing_answers``); and a small tree of directories
 re-listed with one LIST without a delimiter (``_small_tree``, ``Store.list_tree``). A fourth
 keeps it from growing with the number of agents: when several agents' trees under one expired
 ancestor are in use, that ancestor's whole tree is re-listed once for all of them
-(``_shared_tree``), a page per 1,000 keys per TTL for the whole mount.
+(``shared_tree``), a page per 1,000 keys per TTL for the whole mount.
 
 A readdir of a directory this mount does not know to be small reads its LIST only as far as the
-reader gets (``_readdir_listing``, ``memfs/mount/dirstream.py``): a bucket writer's directory of
+reader gets (``readdir_listing``, ``memfs/mount/dirstream.py``): a bucket writer's directory of
 100,000 entries costs the memory tool's bounded `view` two or three pages, not a hundred. Read to
 its end the LIST installs as the listing; left partly read, the directory is marked ``wide`` and
 lookups in it probe single names.
@@ -36,7 +36,7 @@ import time
 from memfs.mount.dirstream import DirStream, settled, settles_absence
 from memfs.mount.nodes import ROOT_INODE, DirCache, Kind, Node, child_path, kind_of_mode, type_bits
 from memfs.mount.state import CoreState
-from memfs.s3.keynames import name_just_below, unshown_key
+from memfs.s3.keynames import name_just_below
 from memfs.s3.objectmeta import ObjectInfo
 from memfs.s3.store import LIST_PAGE, Listing
 
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 # A directory with more entries than one LIST page: once its listing expires, single names are
 # probed (_probe) instead of re-listing all of it.
 BIG_DIR = 1000
-# The most keys a tree shared by several directories in use is re-listed with (_shared_tree),
+# The most keys a tree shared by several directories in use is re-listed with (shared_tree),
 # and how recently a subtree must have been looked up in or read to count as in use, in TTLs.
 SHARED_TREE_KEYS = 4 * LIST_PAGE
 ACTIVE_TTLS = 10
@@ -53,64 +53,77 @@ ACTIVE_TTLS = 10
 _UNSETTLED = object()
 
 
-class Listings(CoreState):
-    """Listings and the names resolved against them (see the module docstring)."""
+class ListingCache:
+    """Directory listings and the names resolved against them (see the module docstring): a
+    part of the mount's core, with the state it shares (``CoreState``) given.
 
-    async def _listing(self, dnode: Node) -> DirCache:
+    INVARIANT: a node's ``listing`` holds what S3 held when its LIST was sent plus every change
+    this mount made since (``add``/``remove`` keep it so); it answers lookups while fresh.
+    GUARDED BY: the trio thread; ``flights`` keeps one LIST per directory in flight.
+    """
+
+    def __init__(self, state: CoreState) -> None:
+        self.state = state
+        # Made once with the mount, never replaced: held directly.
+        self.store = state.store
+        self.config = state.config
+        self.inodes = state.inodes
+
+    async def listing(self, dnode: Node) -> DirCache:
         """The directory's children: cached if fresh, else re-listed — as part of a tree shared
-        with the directories beside it (``_shared_tree``), as its own small tree
+        with the directories beside it (``shared_tree``), as its own small tree
         (``_small_tree``), or with one (paginated) delimited LIST."""
         self._mark_used(dnode)
-        if dnode.listing is not None and self.fresh(dnode.listing.fetched_at):
+        if dnode.listing is not None and self.state.fresh(dnode.listing.fetched_at):
             return dnode.listing
-        shared = self._shared_tree(dnode)
+        shared = self.shared_tree(dnode)
         if shared is not None:
             top, below = shared
-            async with self.flights.hold(("LIST", top.inode)):
-                if dnode.listing is None or not self.fresh(dnode.listing.fetched_at):
+            async with self.state.flights.hold(("LIST", top.inode)):
+                if dnode.listing is None or not self.state.fresh(dnode.listing.fetched_at):
                     await self._list_tree(top, below, SHARED_TREE_KEYS, shared=True)
-            if dnode.listing is not None and self.fresh(dnode.listing.fetched_at):
+            if dnode.listing is not None and self.state.fresh(dnode.listing.fetched_at):
                 return dnode.listing
-        async with self.flights.hold(("LIST", dnode.inode)):
-            if dnode.listing is not None and self.fresh(dnode.listing.fetched_at):
+        async with self.state.flights.hold(("LIST", dnode.inode)):
+            if dnode.listing is not None and self.state.fresh(dnode.listing.fetched_at):
                 return dnode.listing
             small = None if dnode.big_tree else self._small_tree(dnode, BIG_DIR // 2)
             if small is not None and await self._list_tree(dnode, small[0], BIG_DIR):
                 assert dnode.listing is not None
                 return dnode.listing
             path = dnode.path
-            await self.moves.settled(dirs=[path])  # S3 has every move into or out of it
+            await self.state.moves.settled(dirs=[path])  # S3 has every move into or out of it
             started = time.time()
-            listing = await self.s3(self.store.list_dir, path)
+            listing = await self.state.s3(self.store.list_dir, path)
             return self._install(dnode, listing, started, time.time())
 
-    async def _readdir_listing(self, dnode: Node) -> DirCache | DirStream:
+    async def readdir_listing(self, dnode: Node) -> DirCache | DirStream:
         """What a readdir of the directory starts from: its listing when this mount has one
-        fresh, or knows it small enough to re-list whole (``_listing``: with its tree or its
-        neighbours'); else a stream of its LIST's pages, the first one read (``_stream_more``):
+        fresh, or knows it small enough to re-list whole (``listing``: with its tree or its
+        neighbours'); else a stream of its LIST's pages, the first one read (``stream_more``):
         a directory of 100,000 entries costs a reader that stops early only what it read."""
         self._mark_used(dnode)
         known = dnode.listing
-        if known is not None and (self.fresh(known.fetched_at)
+        if known is not None and (self.state.fresh(known.fetched_at)
                                   or len(known.files) + len(known.dirs) <= BIG_DIR):
-            return await self._listing(dnode)
-        if known is None and self._shared_tree(dnode) is not None:
-            return await self._listing(dnode)
+            return await self.listing(dnode)
+        if known is None and self.shared_tree(dnode) is not None:
+            return await self.listing(dnode)
         # The first page under the directory's LIST flight: a lookup racing this readdir waits
         # for it and, when one page held everything, finds the listing installed.
-        async with self.flights.hold(("LIST", dnode.inode)):
-            if dnode.listing is not None and self.fresh(dnode.listing.fetched_at):
+        async with self.state.flights.hold(("LIST", dnode.inode)):
+            if dnode.listing is not None and self.state.fresh(dnode.listing.fetched_at):
                 return dnode.listing
             stream = DirStream()
-            installed = await self._stream_more(dnode, stream)
+            installed = await self.stream_more(dnode, stream)
         return stream if installed is None else installed
 
-    async def _stream_more(self, dnode: Node, stream: DirStream) -> DirCache | None:
+    async def stream_more(self, dnode: Node, stream: DirStream) -> DirCache | None:
         """The stream's next page; the directory's installed listing once it was the last."""
         if stream.pages == 0:
-            await self.moves.settled(dirs=[dnode.path])  # S3 has every move into or out of it
+            await self.state.moves.settled(dirs=[dnode.path])  # S3 has every move into or out of it
             stream.started = time.time()
-        page = await self.s3(self.store.list_dir_page, dnode.path, stream.token)
+        page = await self.state.s3(self.store.list_dir_page, dnode.path, stream.token)
         if stream.pages == 0:
             stream.arrived = time.time()
         stream.add(page)
@@ -133,19 +146,19 @@ class Listings(CoreState):
         pages it cannot use.
 
         A LIST must not show a directory behind a move S3 has not finished (moves.py). Its own
-        tree's LIST waits for them; a ``shared`` one (every agent's, ``_shared_tree``) would
+        tree's LIST waits for them; a ``shared`` one (every agent's, ``shared_tree``) would
         make every agent wait for any agent's move, so it does not wait and leaves out the
         directories such moves touch: they keep their expired listing and are re-listed by
         themselves, after their moves, when next needed. Moves that begin during the LIST are
         replayed on top of it like any change of this mount's (``_install``)."""
         path = top.path
         if shared:
-            moving = self.moves.directories_under(path)
+            moving = self.state.moves.directories_under(path)
         else:
-            await self.moves.settled(trees=[path])
+            await self.state.moves.settled(trees=[path])
             moving = set()
         started = time.time()
-        tree = await self.s3(self.store.list_tree, path, max_keys)
+        tree = await self.state.s3(self.store.list_tree, path, max_keys)
         if tree is None:
             top.big_tree = True
             return False
@@ -158,7 +171,7 @@ class Listings(CoreState):
 
     def _mark_used(self, dnode: Node) -> None:
         """A lookup in the directory or a readdir of it: it and every directory above it are
-        in use (``_shared_tree`` counts the subtrees in use)."""
+        in use (``shared_tree`` counts the subtrees in use)."""
         now = time.time()
         node: Node | None = dnode
         while node is not None and node.used_at != now:
@@ -196,7 +209,7 @@ class Listings(CoreState):
                 todo.append(child)
         return (below, entries) if below else None
 
-    def _shared_tree(self, dnode: Node) -> tuple[Node, list[Node]] | None:
+    def shared_tree(self, dnode: Node) -> tuple[Node, list[Node]] | None:
         """An ancestor whose whole tree to re-list instead of ``dnode`` alone, with the
         directories below it; None to re-list ``dnode`` by itself.
 
@@ -208,18 +221,18 @@ class Listings(CoreState):
         the agents whose lookups arrive while it is in flight share it: a page per 1,000 keys
         per TTL for the whole mount. Chosen only when it costs no more pages than the subtrees
         in use would cost LISTs of their own (as far as this mount knows their size)."""
-        if self.ttl <= 0:
+        if self.state.ttl <= 0:
             return None  # nothing stays fresh: each lookup lists what it needs
         chain: list[Node] = []
         node = dnode
         while node.inode != ROOT_INODE:
             parent = self.inodes.at(node.parent_path())
             if (parent is None or parent.listing is None or parent.big_tree
-                    or self.fresh(parent.listing.fetched_at)):
+                    or self.state.fresh(parent.listing.fetched_at)):
                 break
             chain.append(parent)
             node = parent
-        since = time.time() - ACTIVE_TTLS * self.ttl
+        since = time.time() - ACTIVE_TTLS * self.state.ttl
         for top in reversed(chain):  # the highest first: it serves the most directories
             # Directories nobody here has listed (another mount's agents, the conflict copies)
             # come along uncounted: SHARED_TREE_KEYS bounds them, and a tree found too big is
@@ -249,7 +262,7 @@ class Listings(CoreState):
             else:
                 del dnode.recent[name]  # S3 had it before the LIST began
         # Files this mount created but has not uploaded yet are not in S3: keep them.
-        for of in self.handles.states():
+        for of in self.state.handles.states():
             n = of.node
             if of.is_new and not n.detached and n.parent_path() == path and n.path:
                 cache.files[n.name()] = ObjectInfo(n.size, "", n.mtime)
@@ -270,13 +283,13 @@ class Listings(CoreState):
                 break
             node = self.inodes.at(node.parent_path())
 
-    def _sync_child(self, parent: Node, name: str, listing: DirCache) -> Node | None:
+    def sync_child(self, parent: Node, name: str, listing: DirCache) -> Node | None:
         """Bring the node for ``parent/name`` in line with the listing; None if it is gone."""
         path = child_path(parent.path, name)
         node = self.inodes.at(path)
         kind = listing.kind_of(name)
         now = listing.fetched_at
-        if node is not None and self.is_local(node):
+        if node is not None and self.state.is_local(node):
             return node
         if kind is None:
             if node is not None:
@@ -299,7 +312,7 @@ class Listings(CoreState):
             # older one would take size and ETag back to a version already replaced.
             node.apply_info(info, now)
             if node.nlookup:
-                self.kernel.forget_attrs(node.inode)
+                self.state.kernel.forget_attrs(node.inode)
         return node
 
     def _dir_node(self, path: str, node: Node | None, now: float) -> Node:
@@ -310,11 +323,11 @@ class Listings(CoreState):
             cfg = self.config
             node = self.inodes.add(path, Kind.DIR, stat.S_IFDIR | cfg.default_dir_mode,
                                    cfg.uid, cfg.gid)
-            node.mtime = self.started
+            node.mtime = self.state.started
         node.validated_at = max(node.validated_at, now)
         return node
 
-    async def _resolve(self, parent: Node, name: str, *, for_create: bool = False) -> Node | None:
+    async def resolve(self, parent: Node, name: str, *, for_create: bool = False) -> Node | None:
         """The node for ``parent/name``, or None. ``for_create`` accepts a stale listing's "no":
         the kernel has just looked the name up, and the conditional PUT (If-None-Match) catches
         a creation elsewhere in between, so a big directory is not re-listed per create."""
@@ -322,54 +335,54 @@ class Listings(CoreState):
         # keeps an agent's listings fresh: the agent must still count as in use).
         self._mark_used(parent)
         node = self.inodes.at(child_path(parent.path, name))
-        if node is not None and (self.fresh(node.validated_at) or self.is_local(node)):
+        if node is not None and (self.state.fresh(node.validated_at) or self.state.is_local(node)):
             return node
         stale = parent.listing
         if node is not None and self._own_listing_answers(parent, node):
             # The parent's listing has expired: re-list the directory itself rather than its
             # parent. Keys under it prove it exists, and its listing is what the next lookup
             # (of a name inside it) needs: one LIST where re-listing the parent cost two.
-            await self._listing(node)
-            if self.fresh(node.validated_at) and self.inodes.at(node.path) is node:
+            await self.listing(node)
+            if self.state.fresh(node.validated_at) and self.inodes.at(node.path) is node:
                 return node
         if for_create and node is None and stale is not None and stale.kind_of(name) is None:
             return None
         big_and_expired = stale is not None and len(stale.files) + len(
-            stale.dirs) > BIG_DIR and not self.fresh(stale.fetched_at)
+            stale.dirs) > BIG_DIR and not self.state.fresh(stale.fetched_at)
         if stale is None and not parent.wide:
             # Never listed here: its first page (or its tree, shared with the directories
             # beside it) is the listing when it holds everything; else the directory is wide
             # (a bucket writer's 100,000 entries) and the name is probed, not 100 pages read.
-            found = await self._readdir_listing(parent)
+            found = await self.readdir_listing(parent)
             if isinstance(found, DirCache):
-                return self._sync_child(parent, name, found)
+                return self.sync_child(parent, name, found)
         if big_and_expired or (parent.listing is None and parent.wide):
             return await self._probe(parent, name)
-        listing = await self._listing(parent)
-        return self._sync_child(parent, name, listing)
+        listing = await self.listing(parent)
+        return self.sync_child(parent, name, listing)
 
     def _own_listing_answers(self, parent: Node, node: Node) -> bool:
-        """Whether to validate the directory ``node`` by its own LIST (see ``_resolve``): it
+        """Whether to validate the directory ``node`` by its own LIST (see ``resolve``): it
         is a directory in use (listed before, within one page) and its parent's listing, which
         would answer for it, has expired."""
         own, above = node.listing, parent.listing
         return (node.kind is Kind.DIR and own is not None
                 and len(own.files) + len(own.dirs) <= BIG_DIR
-                and (above is None or not self.fresh(above.fetched_at)))
+                and (above is None or not self.state.fresh(above.fetched_at)))
 
     async def _probe(self, parent: Node, name: str) -> Node | None:
-        """``_resolve`` in a big directory whose listing has expired: ask S3 about this one
+        """``resolve`` in a big directory whose listing has expired: ask S3 about this one
         name (one LIST page from it on) instead of re-listing thousands of entries for every
         `cat`, `stat` or create. The expired listing takes the answer, so a readdir that
         re-lists later stays consistent with it."""
         path = child_path(parent.path, name)
-        await self.settled(path)
+        await self.state.settled(path)
         found = await self._probe_page(parent, name)
         if found is _UNSETTLED:  # the page did not reach the name's answer: ask for it alone
-            found = await self.s3(self.store.probe, path)
+            found = await self.state.s3(self.store.probe, path)
         now = time.time()
         node = self.inodes.at(path)
-        if node is not None and self.is_local(node):
+        if node is not None and self.state.is_local(node):
             return node  # became this mount's own while S3 answered
         if parent.listing is not None:
             what: object = None
@@ -395,7 +408,7 @@ class Listings(CoreState):
             node = self.inodes.add(path, kind, type_bits(kind, found.mode) | cfg.default_file_mode,
                                    cfg.uid, cfg.gid)
         if node.etag != found.etag and node.nlookup:
-            self.kernel.forget_attrs(node.inode)
+            self.state.kernel.forget_attrs(node.inode)
         node.apply_info(found, now)  # size and version; its metadata is read at lookup
         return node
 
@@ -408,7 +421,7 @@ class Listings(CoreState):
         below = name_just_below(name)
         if below is None:
             return _UNSETTLED
-        page = await self.s3(self.store.list_dir_page, parent.path, start_after=below)
+        page = await self.state.s3(self.store.list_dir_page, parent.path, start_after=below)
         files, dirs = settled(page)
         self._confirm(parent, files, dirs, time.time())
         if name in dirs:
@@ -423,60 +436,18 @@ class Listings(CoreState):
         """S3 still holds what these nodes name (the version, or the directory): fresh again."""
         for name in dirs | files.keys():
             node = self.inodes.at(child_path(parent.path, name))
-            if node is None or self.is_local(node) or (node.kind is Kind.DIR) != (name in dirs):
+            if node is None or self.state.is_local(node) or (
+                    node.kind is Kind.DIR) != (name in dirs):
                 continue
             if node.kind is Kind.DIR or node.etag == files[name].etag:
                 node.validated_at = max(node.validated_at, now)
 
-    async def _remove_shadowed(self, parent: Node, name: str) -> None:
-        """S3 also held a file of the directory's name, hidden by it (a directory wins): it
-        goes with the directory, or it would show up once the directory is gone — a name
-        reported removed that comes back (docs/SEMANTICS.md, "A file and a directory of the
-        same name")."""
-        shadowed = await self._take_shadowed(parent, name)
-        if shadowed is None:
-            return
-        path = child_path(parent.path, name)
-        await self.settled(path)
-        await self.s3(self.store.delete, path)
-        self.usage.removed(shadowed.size)
-        self.content.discard(path)
-        log.warning("rmdir %s: also deleted the object %s%s it hid (a file and a directory of "
-                    "one name)", path, self.config.prefix, path)
-
-    async def _remove_unshown(self, node: Node) -> None:
-        """The directory looks empty but S3 holds keys under it that no entry can show (a
-        name longer than NAME_MAX, 'a//b'): they go with it — a bucket writer's key that no
-        `rm` can reach must not keep a directory the user removed (or make it undeletable)."""
-        # Only those: a key with a showable name is somebody's new entry (written since the
-        # listing), and stays — as does the directory then.
-        keys = [f"{node.path}/{rel}" for rel, _info in
-                await self.s3(lambda: list(self.store.walk_keys(node.path)))
-                if unshown_key(rel)]
-        if keys:
-            await self.s3(self.store.delete_keys, keys)
-            log.warning("rmdir %s: also deleted %d key(s) under it that no entry shows (e.g. "
-                        "%s%s)", node.path, len(keys), self.config.prefix, keys[0])
-
-    async def _take_shadowed(self, parent: Node, name: str) -> ObjectInfo | None:
-        """The object S3 holds under the directory ``name``'s own key, hidden by it (a
-        directory wins), taken out of the parent's listing: it must go where the directory
-        goes (removed with it, moved with it), or it shows up as a file once the directory has
-        left — a name reported removed or renamed that comes back."""
-        listing = parent.listing
-        shadowed = listing.shadowed.pop(name, None) if listing is not None else None
-        if shadowed is None and (listing is None or not self.fresh(listing.fetched_at)):
-            # No fresh listing to say (a wide directory's names are probed, and a probe sees
-            # only that a directory wins): ask S3 for the file itself.
-            shadowed = await self.s3(self.store.head, child_path(parent.path, name))
-        return shadowed
-
-    def _listing_add(self, parent_path: str, name: str, node: Node) -> None:
+    def add(self, parent_path: str, name: str, node: Node) -> None:
         what = Kind.DIR if node.kind is Kind.DIR else ObjectInfo(node.size, node.etag or "",
                                                                   node.mtime)
         self._listing_change(parent_path, name, what)
 
-    def _listing_remove(self, parent_path: str, name: str) -> None:
+    def remove(self, parent_path: str, name: str) -> None:
         self._listing_change(parent_path, name, None)
 
     def _listing_change(self, parent_path: str, name: str, what: object) -> None:
@@ -493,4 +464,4 @@ class Listings(CoreState):
         """A directory's entries changed: its mtime and ctime move (kept in memory only: a
         marker rewrite per change would cost a PUT; see SEMANTICS.md)."""
         dnode.mtime = dnode.ctime = time.time()
-        self.kernel.forget_attrs(dnode.inode)
+        self.state.kernel.forget_attrs(dnode.inode)

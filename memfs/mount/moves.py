@@ -14,7 +14,7 @@ The rules that keep this safe, each enforced here or by the callers named:
   failed. The memory handler fsyncs the destination directory after every rename, so a command
   still returns only once S3 has it; unmount waits for every move (``drained``).
 * **No request sees S3 behind the mount's view.** Until S3 has a move, every S3 request on either
-  name and every LIST of either directory (``Listings._listing``) waits for it (``settled``; the
+  name and every LIST of either directory (``ListingCache.listing``) waits for it (``settled``; the
   request's author calls ``CoreState.settled`` before reading the node's ETag or key): a read of
   the new name does not find it missing, an upload is conditional on the ETag S3 gave the copy, a
   create at the old name does not meet the old object, a listing does not bring the old name

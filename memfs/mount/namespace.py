@@ -12,12 +12,14 @@ import errno
 import logging
 import stat
 import time
+from typing import Any
 
 import trio
 
 from memfs import protocol
 from memfs.mount.dirstream import DirStream
-from memfs.mount.listings import Listings
+from memfs.mount.hiddenkeys import HiddenKeys
+from memfs.mount.listings import ListingCache
 from memfs.mount.nodes import (
     ROOT_INODE,
     DirCache,
@@ -28,7 +30,7 @@ from memfs.mount.nodes import (
     kind_of_mode,
     type_bits,
 )
-from memfs.mount.state import Caller, fail
+from memfs.mount.state import Caller, CoreState, fail
 from memfs.s3.errors import StoreError
 from memfs.s3.objectmeta import ObjectInfo
 
@@ -41,8 +43,13 @@ SMALL_FILE = 256 * 1024
 READDIR_PAGE = 128
 
 
-class Namespace(Listings):
-    """Names and attributes (see the module docstring)."""
+class Namespace(CoreState):
+    """Names and attributes (see the module docstring), resolved against the listing cache."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.listings = ListingCache(self)
+        self.hidden = HiddenKeys(self)
 
     async def _new_name(self, parent_inode: int, name: str, *,
                         directory: bool) -> tuple[Node, str]:
@@ -51,13 +58,13 @@ class Namespace(Listings):
         parent = self._dir(parent_inode)
         path = child_path(parent.path, name)
         self._writable(path)
-        if await self._resolve(parent, name) is not None:
+        if await self.listings.resolve(parent, name) is not None:
             raise fail(errno.EEXIST)
         self._check_key(path, directory=directory)
         return parent, path
 
     async def _existing(self, parent: Node, name: str) -> Node:
-        node = await self._resolve(parent, name)
+        node = await self.listings.resolve(parent, name)
         if node is None:
             raise fail(errno.ENOENT)
         return node
@@ -85,7 +92,7 @@ class Namespace(Listings):
         elif name == "..":
             node = self.inodes.at(parent.parent_path()) or parent
         else:
-            found = await self._resolve(parent, name)
+            found = await self.listings.resolve(parent, name)
             if found is not None and not found.meta_known and not self.is_local(found):
                 found = await self._read_metadata(found)
             if found is None:
@@ -139,7 +146,7 @@ class Namespace(Listings):
             info = None
         if info is None:
             self.inodes.detach(path)
-            self._listing_remove(node.parent_path(), node.name())
+            self.listings.remove(node.parent_path(), node.name())
             return None
         kind = kind_of_mode(info.mode)
         if kind is not node.kind:
@@ -198,7 +205,7 @@ class Namespace(Listings):
         info = await self.s3(self.store.head, node.path)
         if info is None:
             self.inodes.detach(node.path)
-            self._listing_remove(node.parent_path(), node.name())
+            self.listings.remove(node.parent_path(), node.name())
             raise fail(errno.ENOENT)
         if info.mode is not None and kind_of_mode(info.mode) is not node.kind:
             # The kernel cannot change an inode's type (it would report EIO): keep answering
@@ -248,12 +255,12 @@ class Namespace(Listings):
         """The entries from offset ``start`` on as (offset, name, node): at least one unless
         the directory ends, with metadata read for at most ``READDIR_PAGE`` new entries. The
         names are a snapshot taken as the handle reads: one listing, or the pages of one LIST
-        read as far as the reader got (``_readdir_listing``)."""
+        read as far as the reader got (``ListingCache.readdir_listing``)."""
         inode, snap = self.handles.dirs[fh]
         if snap is None:
             node = self._dir(inode)
             parent = self.inodes.at(node.parent_path()) or node
-            found = await self._readdir_listing(node)
+            found = await self.listings.readdir_listing(node)
             if isinstance(found, DirCache):
                 snap = DirSnapshot(node, parent, found, found.names())
             else:
@@ -291,7 +298,7 @@ class Namespace(Listings):
             return
         async with snap.lock:
             while not stream.complete and len(snap.names) < count:
-                installed = await self._stream_more(snap.node, stream)
+                installed = await self.listings.stream_more(snap.node, stream)
                 if installed is not None:
                     seen = set(snap.names)
                     snap.names += [name for name in installed.names() if name not in seen]
@@ -309,7 +316,7 @@ class Namespace(Listings):
         for k in todo:
             name = snap.names[k]
             child = None if streaming and self._removed_since(snap, name) else \
-                self._sync_child(snap.node, name, snap.listing)
+                self.listings.sync_child(snap.node, name, snap.listing)
             if child is None:
                 snap.found[k] = None
             else:
@@ -386,7 +393,7 @@ class Namespace(Listings):
             node.set_own_owner(ctx.uid, ctx.gid)
             node.mtime = node.validated_at = now
             node.listing = DirCache({}, set(), now, has_marker=True)
-            self._listing_add(parent.path, text, node)
+            self.listings.add(parent.path, text, node)
             self.inodes.hold(node)
             return node
 
@@ -402,15 +409,15 @@ class Namespace(Listings):
             # A file moved out of it may still be in S3 under it (moves), and the move may
             # write its marker (keeping it when it empties): the move ends first.
             await self.moves.settled(dirs=[node.path])
-            listing = await self._listing(node)
+            listing = await self.listings.listing(node)
             if not listing.names() == []:
                 raise fail(errno.ENOTEMPTY)
             if listing.unshown:
-                await self._remove_unshown(node)
+                await self.hidden.remove_unshown(node)
             await self.s3(self.store.delete, node.path, directory=True)
-            await self._remove_shadowed(parent, text)
+            await self.hidden.remove_shadowed(parent, text)
             self.inodes.detach(node.path)
-            self._listing_remove(parent.path, text)
+            self.listings.remove(parent.path, text)
 
     async def unlink(self, parent_inode: int, text: str) -> None:
         parent = self._dir(parent_inode)
@@ -425,7 +432,7 @@ class Namespace(Listings):
                 await self.s3(self.store.delete, node.path)
                 self.usage.removed(of.remote_size if of else node.size)
             self.inodes.detach(node.path)
-            self._listing_remove(parent.path, text)
+            self.listings.remove(parent.path, text)
             self.content.discard(node.path)
             await self._keep_directory(parent)
 
@@ -458,7 +465,7 @@ class Namespace(Listings):
             node.set_own_mode(mode)
             node.set_own_owner(ctx.uid, ctx.gid)
             node.rdev = rdev
-            self._listing_add(parent.path, text, node)
+            self.listings.add(parent.path, text, node)
             self.inodes.hold(node)
             return node
 

@@ -143,14 +143,14 @@ class Node:
     detached: bool = False
     listing: DirCache | None = None
     # Its tree outgrew the keys a tree LIST of it was allowed once: it is re-listed delimited
-    # from then on (Listings).
+    # from then on (ListingCache).
     big_tree: bool = False
     # A readdir found more than one LIST page of entries in it (``DirStream``) and stopped
     # before the last: a lookup in it probes the one name rather than listing it whole
-    # (Listings._resolve), as in a big directory whose listing has expired.
+    # (ListingCache.resolve), as in a big directory whose listing has expired.
     wide: bool = False
     # When a lookup in this directory or a readdir of it, or of one below it, last happened (a
-    # shared tree LIST counts a subtree only while somebody uses it: Listings._shared_tree).
+    # shared tree LIST counts a subtree only while somebody uses it: ListingCache.shared_tree).
     used_at: float = 0.0
     # This mount's own changes to a directory's entries, by name: (when, what) where what is
     # Kind.DIR, an ObjectInfo, or None for a removal. A LIST that started before a change
@@ -233,7 +233,7 @@ class DirSnapshot:
     names: list[str]
     found: dict[int, Node | None] = field(default_factory=dict)
     # A directory whose LIST had more than one page is read as the kernel asks
-    # (``Listings._stream_more``): ``names`` is the stream's, growing page by page, and
+    # (``ListingCache.stream_more``): ``names`` is the stream's, growing page by page, and
     # ``listing`` a view of its pages so far until the last one installs the whole listing.
     stream: DirStream | None = None
     # Held while a page is fetched: two readdirs of one handle must not fetch the same page.

@@ -74,7 +74,7 @@ class Renames(DataPath):
 
     async def _rename_claimed(self, src: Node, src_parent: Node, src_name: str,
                               dst_parent: Node, dst_name: str, flags: int) -> None:
-        dst = await self._resolve(dst_parent, dst_name)
+        dst = await self.listings.resolve(dst_parent, dst_name)
         if dst is src:
             return
         if dst is not None and flags & RENAME_NOREPLACE:
@@ -86,7 +86,7 @@ class Renames(DataPath):
             if dst is not None:
                 if dst.kind is not Kind.DIR:
                     raise fail(errno.ENOTDIR)
-                if (await self._listing(dst)).names():
+                if (await self.listings.listing(dst)).names():
                     raise fail(errno.ENOTEMPTY)
             self._check_key(dst_path, directory=True)
             await self._rename_dir(src, src_parent, dst_parent, dst_path, dst)
@@ -108,8 +108,8 @@ class Renames(DataPath):
         src_path, src_name = src.path, src.name()
         self.inodes.move(src_path, dst_path)
         self.content.move(src_path, dst_path)
-        self._listing_remove(src_parent.path, src_name)
-        self._listing_add(dst_parent.path, src.name(), src)  # its new name
+        self.listings.remove(src_parent.path, src_name)
+        self.listings.add(dst_parent.path, src.name(), src)  # its new name
 
     async def _defer_move(self, src: Node, src_parent: Node, dst_parent: Node,
                           dst_path: str) -> None:
@@ -143,7 +143,7 @@ class Renames(DataPath):
                 raise
             if node.path == move.dst:
                 self._follow_copy(node, etag, new_etag)
-                self._listing_add(node.parent_path(), node.name(), node)
+                self.listings.add(node.parent_path(), node.name(), node)
         except OSError as exc:
             error = exc
             log.warning("rename of %s to %s failed after it returned (%s): S3 keeps %s; "
@@ -245,7 +245,7 @@ class Renames(DataPath):
         node.apply_info(ObjectInfo(src.size, etag, src.mtime, src.mode, src.uid, src.gid),
                         time.time())
         self.content.discard(dst_path)
-        self._listing_add(node.parent_path(), node.name(), node)
+        self.listings.add(node.parent_path(), node.name(), node)
         parent = self.inodes.at(node.parent_path())
         self.kernel.forget_attrs(node.inode)
         if parent is not None:
@@ -265,10 +265,10 @@ class Renames(DataPath):
                 async with of.lock:
                     await self._upload(of)
                 keys = await self.s3(lambda: list(self.store.walk_keys(src.path)))
-        hidden = await self._take_shadowed(src_parent, src.name())
+        hidden = await self.hidden.take_shadowed(src_parent, src.name())
         if dst is not None:
             await self.s3(self.store.delete, dst.path, directory=True)
-            await self._remove_shadowed(dst_parent, dst.name())
+            await self.hidden.remove_shadowed(dst_parent, dst.name())
         moved_hidden: list[str] = []
 
         async def copy_one(rel: str) -> None:

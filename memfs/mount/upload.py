@@ -148,8 +148,8 @@ class Upload(Namespace):
         if (parent is None or stale is None or len(stale.files) + len(stale.dirs) > BIG_DIR
                 or self.ttl <= 0):  # with no TTL, nothing a LIST says counts as confirmed
             return False
-        listing = await self._listing(parent)
-        return self._sync_child(parent, node.name(), listing) is node and self.fresh(
+        listing = await self.listings.listing(parent)
+        return self.listings.sync_child(parent, node.name(), listing) is node and self.fresh(
             node.validated_at)
 
     async def _load_ranged(self, of: OpenFile, fresh: bool, expect: str | None) -> None:
@@ -185,7 +185,7 @@ class Upload(Namespace):
         """The object was deleted behind our back."""
         if not node.detached:
             self.inodes.detach(node.path)
-            self._listing_remove(node.parent_path(), node.name())
+            self.listings.remove(node.parent_path(), node.name())
 
     async def _open_entry(self, entry: Entry) -> Blob | None:
         """A cached version's blob, checked first if it was read back from disk."""
@@ -249,7 +249,7 @@ class Upload(Namespace):
         if of.is_new and not node.detached:
             parent = self.inodes.at(node.parent_path())
             self.inodes.detach(node.path)
-            self._listing_remove(node.parent_path(), node.name())
+            self.listings.remove(node.parent_path(), node.name())
             if parent is not None:
                 # The kernel still caches the name create() gave it: make it forget.
                 self.kernel.forget_entry(parent.inode, node.name(), deleted=node.inode)
@@ -343,7 +343,7 @@ class Upload(Namespace):
         body.etag = etag  # exactly what S3 now holds: a version, forked by the next write
         self._keep(path, body, info)
         if not node.detached and node.path == path:
-            self._listing_add(node.parent_path(), node.name(), node)
+            self.listings.add(node.parent_path(), node.name(), node)
 
     async def _send(self, path: str, body: Blob, metadata: dict[str, str], *,
                     if_match: str | None, if_none_match: bool) -> str:
@@ -371,11 +371,11 @@ class Upload(Namespace):
             return
         if current is None:  # the winner deleted it
             self.inodes.detach(node.path)
-            self._listing_remove(node.parent_path(), node.name())
+            self.listings.remove(node.parent_path(), node.name())
             return
         assert isinstance(current, ObjectInfo)
         node.apply_info(current, time.time())
-        self._listing_add(node.parent_path(), node.name(), node)
+        self.listings.add(node.parent_path(), node.name(), node)
 
     async def _save_conflict(self, path: str, body: Blob, metadata: dict[str, str]) -> None:
         """Keep a lost race's bytes where a person (or agent) can find them."""

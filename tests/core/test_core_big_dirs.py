@@ -107,18 +107,18 @@ def test_a_tree_grown_past_a_page_elsewhere_is_tried_once() -> None:
         assert s is not None and await core.lookup(s.inode, "f") is not None
         time.sleep(TTL + 0.1)
         store.calls.clear()
-        await core._listing(d)  # the whole tree, small: one LIST fills d's and s's listings
+        await core.listings.listing(d)  # the whole tree, small: one LIST fills d's and s's listings
         assert dict(store.calls) == {"LIST": 1} and store.trees == 1
         assert s.listing is not None and core.fresh(s.listing.fetched_at)
         for i in range(1100):  # written elsewhere
             store.put(f"d/s/n{i:04d}", b"", {})
         time.sleep(TTL + 0.1)
         store.calls.clear()
-        await core._listing(d)  # the tree outgrew its page: that LIST, then d's own
+        await core.listings.listing(d)  # the tree outgrew its page: that LIST, then d's own
         assert dict(store.calls) == {"LIST": 2} and store.trees == 2
         time.sleep(TTL + 0.1)
         store.calls.clear()
-        listing = await core._listing(d)  # d's own only
+        listing = await core.listings.listing(d)  # d's own only
         assert dict(store.calls) == {"LIST": 1} and store.trees == 2
         assert set(listing.names()) == {"g", "s"}
     trio.run(main)

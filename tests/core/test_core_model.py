@@ -439,7 +439,7 @@ def test_the_serving_sequences_do_defer_moves() -> None:
 def test_random_operations_match_the_model_relisting_held_directories(seed: int) -> None:
     """Directories stay looked up, and now and then every listing expires at once: re-listing
     a directory whose subdirectories are all in use takes one LIST of the whole subtree
-    (``Listings._small_tree``), and the listings it installs serve the lookups after it."""
+    (``ListingCache._small_tree``), and the listings it installs serve the lookups after it."""
     run_sequence(seed, 150, ttl=60.0, keep_dirs=True)
 
 

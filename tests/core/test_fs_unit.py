@@ -150,7 +150,7 @@ def test_reopen_after_ttl_in_a_listed_directory_lists_it_again(s3, s3_reset) -> 
 
     async def main():
         inos = [await write_file(c.fs, ROOT, f"r{i}.md".encode(), b"data") for i in range(3)]
-        await c.fs.core._listing(c.fs.core.inodes.at(""))  # the directory was listed
+        await c.fs.core.listings.listing(c.fs.core.inodes.at(""))  # the directory was listed
         c.take()
         await trio.sleep(0.3)
         for ino in inos:

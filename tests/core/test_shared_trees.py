@@ -1,4 +1,4 @@
-"""Shared tree listings (``Listings._shared_tree``): many agents each in its own directory of one
+"""Shared tree listings (``ListingCache.shared_tree``): many agents each in its own directory of one
 mount, every listing expired. One LIST without a delimiter of their common parent refreshes every
 agent's listings, so re-listing costs a page per 1,000 keys per TTL for the whole mount instead of
 a LIST per agent command — and never answers from an expired listing.
@@ -169,11 +169,11 @@ def test_a_deferred_move_keeps_only_its_directories_out_of_a_shared_listing() ->
         assert fresh(core, "a1/notes") and fresh(core, "a2") and fresh(core, "")
         assert not fresh(core, "a2/notes") and not fresh(core, "a2/people")
         with trio.move_on_after(0.05) as waited:
-            await core._listing(core.inodes.at("a2/notes"))  # waits for the move
+            await core.listings.listing(core.inodes.at("a2/notes"))  # waits for the move
         assert waited.cancelled_caught
         core.moves.end(move, None)
         store.calls.clear()
-        await core._listing(core.inodes.at("a2/notes"))
+        await core.listings.listing(core.inodes.at("a2/notes"))
         assert dict(store.calls) == {"LIST": 1} and fresh(core, "a2/notes")
 
     trio.run(main)
@@ -213,7 +213,7 @@ def test_nothing_is_shared_without_a_ttl() -> None:
         expire()
         a0 = core.inodes.at("a0")
         assert a0 is not None
-        found = core._shared_tree(a0)
+        found = core.listings.shared_tree(a0)
         return found is not None and found[0].inode == ROOT_INODE
 
     assert trio.run(shares, TTL)
