@@ -21,12 +21,42 @@ replays the changes made while its LIST was in flight.
 
 from __future__ import annotations
 
+from typing import Any
+
+from memfs.mount.data import DataPath
+from memfs.mount.quota import Usage
 from memfs.mount.rename import Renames
 from memfs.mount.transactions import Transactions
 
 
-class MemFSCore(Transactions, Renames):
-    """One mount: every operation of the five concerns on one shared state."""
+class MemFSCore(DataPath):
+    """One mount: the namespace and the data path over one shared state, and the parts they
+    hold (``listings``, ``hidden``, ``prefetch``, ``loader``, ``readahead``, ``uploader``,
+    ``renames``, ``xattrs``). The operations of the last two are passed on from here."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.renames = Renames(self, self, self.uploader)
+        self.xattrs = Transactions(self)
+
+    async def rename(self, old_parent: int, src_name: str, new_parent: int, dst_name: str,
+                     flags: int) -> None:
+        await self.renames.rename(old_parent, src_name, new_parent, dst_name, flags)
+
+    async def current_usage(self) -> Usage:
+        return await self.xattrs.current_usage()
+
+    def stats(self) -> dict[str, object]:
+        return self.xattrs.stats()
+
+    async def getxattr(self, inode: int, name: str, pid: int) -> bytes:
+        return await self.xattrs.getxattr(inode, name, pid)
+
+    def listxattr(self, inode: int) -> list[str]:
+        return self.xattrs.listxattr(inode)
+
+    async def setxattr(self, inode: int, name: str, value: bytes, pid: int) -> None:
+        await self.xattrs.setxattr(inode, name, value, pid)
 
     def check_invariants(self) -> None:
         """Raise AssertionError when the mount's state contradicts its written invariants

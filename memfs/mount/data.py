@@ -19,12 +19,16 @@ import logging
 import os
 import stat
 import time
+from typing import Any
 
 from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.handles import OpenFile
+from memfs.mount.loader import Loader
+from memfs.mount.namespace import Namespace
 from memfs.mount.nodes import ROOT_INODE, Kind, Node, child_path
-from memfs.mount.prefetch import Prefetch
+from memfs.mount.readahead import ReadAhead
 from memfs.mount.state import AttrChange, Caller, Opened, fail, thread_group
+from memfs.mount.upload import Uploader
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +40,18 @@ MAX_OBJECT = 5 * 1024**4
 SQLITE_SHM = "-shm"
 
 
-class DataPath(Prefetch):
-    """Open files (see the module docstring)."""
+class DataPath(Namespace):
+    """Open files (see the module docstring), over the parts that move their bytes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.loader = Loader(self, self.listings, self.prefetch)
+        self.readahead = ReadAhead(self, self.loader)
+        self.uploader = Uploader(self, self.listings, self.loader)
+
+    async def flush_all(self) -> int:
+        """Upload every open file with unsaved changes; how many failed (the unmount's)."""
+        return await self.uploader.flush_all()
 
     async def create(self, parent_inode: int, text: str, mode: int, flags: int,
                      ctx: Caller) -> tuple[Opened, Node]:
@@ -55,7 +69,7 @@ class DataPath(Prefetch):
                 self.inodes.hold(existing)
                 return fi, existing
             path = child_path(parent.path, text)
-            self._check_key(path)
+            self.check_key(path)
             self._check_file_count()
             node = self.inodes.add(path, Kind.FILE, stat.S_IFREG | stat.S_IMODE(mode),
                                    ctx.uid, ctx.gid)
@@ -63,7 +77,7 @@ class DataPath(Prefetch):
             node.set_own_mode(mode)
             node.set_own_owner(ctx.uid, ctx.gid)
             node.mtime = node.validated_at = time.time()
-            of = OpenFile(node, body=self._new_blob(), is_new=True, dirty=True)
+            of = OpenFile(node, body=self.new_blob(), is_new=True, dirty=True)
             self.handles.shared[node.inode] = of
             self.listings.add(parent.path, text, node)
             self.inodes.hold(node)
@@ -79,15 +93,6 @@ class DataPath(Prefetch):
         fi, node = await self.create(parent_inode, text, mode, os.O_WRONLY | os.O_EXCL, ctx)
         await self.release(fi.fh)
         return node
-
-    def _current_state(self, of: OpenFile) -> bool:
-        """May a new open share ``of``? Yes while it holds uncommitted writes (POSIX: readers
-        see them) or still is the version this mount knows as current, confirmed within the
-        TTL (close-to-open). A stale one keeps serving only the handles already on it."""
-        if of.dirty or of.is_new:
-            return True
-        node = of.node
-        return (of.body is None or of.base_etag == node.etag) and self.fresh(node.validated_at)
 
     def _new_handle(self, of: OpenFile, ctx: Caller, *, writing: bool,
                     append: bool = False) -> Opened:
@@ -128,13 +133,13 @@ class DataPath(Prefetch):
         if flags & os.O_TRUNC and writing:
             # A rewrite gets a copy of its own: until its close uploads the new version, every
             # other reader on this mount keeps seeing the old one, never an empty file.
-            private = OpenFile(node, body=self._new_blob(), dirty=node.size > 0, private=True,
+            private = OpenFile(node, body=self.new_blob(), dirty=node.size > 0, private=True,
                                base_etag=node.etag, remote_size=node.size,
                                truncation_only=node.size > 0)
             return self._new_handle(private, ctx, writing=True)
         append = writing and bool(flags & os.O_APPEND)
         of = self.handles.shared.get(node.inode)
-        if of is None or not self._current_state(of) or (
+        if of is None or not self.is_current(of) or (
                 append and not (of.dirty or of.is_new)):
             # Handles already open keep their snapshot; this open starts from S3's version.
             # An append always does: `>>` must land after whatever S3 holds now.
@@ -148,7 +153,7 @@ class DataPath(Prefetch):
                     # usually a bodiless 304). Other write-only opens load lazily: `touch` or
                     # a chmod need no download, and the first write insists on the version
                     # open saw (see write()).
-                    await self._load(of, revalidate=append)
+                    await self.loader.load(of, revalidate=append)
         except BaseException:
             if of.handles == 0:
                 self.handles.shared.pop(node.inode, None)
@@ -177,7 +182,7 @@ class DataPath(Prefetch):
         if of.body is None:
             async with of.lock:
                 if of.body is None:
-                    await self._load(of, expect=expect)
+                    await self.loader.load(of, expect=expect)
         assert of.body is not None
         return of.body
 
@@ -188,7 +193,7 @@ class DataPath(Prefetch):
         hold this writer's whole file, not holes where the lost version was."""
         async with of.lock:
             assert of.body is not None
-            await self._fetch(of, 0, of.body.size)
+            await self.loader.fetch(of, 0, of.body.size)
 
     async def _mutable(self, of: OpenFile, *, locked: bool = False) -> Blob:
         """The blob a write may change: a version (shared with the cache and other readers) or
@@ -199,7 +204,7 @@ class DataPath(Prefetch):
         if body.etag is None and not body.frozen:
             return body
         if body.size <= INLINE:
-            of.body = self._staged(body.fork, self.content.staging)
+            of.body = self.staged(body.fork, self.content.staging)
             return of.body
         if locked:
             return await self._fork(of)
@@ -211,9 +216,9 @@ class DataPath(Prefetch):
         assert body is not None
         if body.etag is not None or body.frozen:
             try:
-                of.body = await self._run(body.size, body.fork, self.content.staging)
+                of.body = await self.run_blocking(body.size, body.fork, self.content.staging)
             except OSError as exc:
-                raise self._disk_error(exc) from None
+                raise self.disk_error(exc) from None
         assert of.body is not None
         return of.body
 
@@ -222,16 +227,16 @@ class DataPath(Prefetch):
         self._check_size(of, size)
         of.truncation_only = False
         if size == 0:
-            of.body = self._new_blob()
+            of.body = self.new_blob()
         else:
             if of.body is None:
-                await self._load(of)
+                await self.loader.load(of)
             assert of.body is not None
             keep = min(size, of.body.size)  # what survives the truncation is all it needs
             if of.body.missing(0, keep):
-                await self._fetch(of, 0, keep)
+                await self.loader.fetch(of, 0, keep)
             body = await self._mutable(of, locked=True)
-            self._staged(body.truncate, size)  # sparse: no bytes are written
+            self.staged(body.truncate, size)  # sparse: no bytes are written
         of.dirty = True
         if not of.private:
             of.node.size = size
@@ -243,9 +248,9 @@ class DataPath(Prefetch):
             body = await self._ensure_body(of)
             if not body.missing(off, size):
                 break
-            await self._fetch_for_read(of, body, off, size)
+            await self.readahead.fetch_for_read(of, body, off, size)
         if body.etag is not None and not body.complete:
-            self._read_ahead(of, body, off, size)
+            self.readahead.read_ahead(of, body, off, size)
         of.read_end = off + size
         data = body.read(off, size)
         node = of.node
@@ -287,7 +292,7 @@ class DataPath(Prefetch):
                 node.own_mode &= ~kill
             node.ctime = time.time()
             self.kernel.forget_attrs(node.inode)
-        self._staged(body.write, off, buf)
+        self.staged(body.write, off, buf)
         of.dirty = True
         if not of.private:  # a transaction's size shows when it commits
             of.node.size = body.size
@@ -303,12 +308,12 @@ class DataPath(Prefetch):
             _tid, pid = self.handles.owner[fh]
             if self.kernel.holds_file(pid, of.node.inode):
                 return
-        await self._flush(of, commit=False)
+        await self.uploader.flush(of, commit=False)
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         of = self.handles.files[fh]
         await self.settled(of.node.path)  # a deferred rename of it is durable too
-        await self._flush(of, commit=True)
+        await self.uploader.flush(of, commit=True)
 
     async def release(self, fh: int) -> None:
         of = self.handles.remove(fh)
@@ -316,14 +321,14 @@ class DataPath(Prefetch):
             return
         try:
             if of.atomic and (of.dirty or of.is_new or of.meta_dirty):
-                self._discard(of)
+                self.uploader.discard(of)
             elif of.upload_failed:
                 # close() already reported the failure; uploading now, unseen, would make a
                 # write that was reported as failed land after all.
                 log.warning("changes to %s discarded: their upload failed at close", of.node.path)
-                self._discard(of)
+                self.uploader.discard(of)
             else:
-                await self._flush(of, commit=False)
+                await self.uploader.flush(of, commit=False)
         except OSError as exc:
             # The kernel discards release errors; flush already reported this one to close().
             log.warning("upload of %s at release failed: %s", of.node.path, exc)
@@ -346,7 +351,7 @@ class DataPath(Prefetch):
                 temp = OpenFile(node, base_etag=node.etag, remote_size=node.size)
                 async with temp.lock:
                     await self._truncate(temp, change.size)
-                    await self._upload(temp)
+                    await self.uploader.upload(temp)
         changed = False
         if change.mode is not None:
             node.set_own_mode(change.mode)
@@ -366,5 +371,5 @@ class DataPath(Prefetch):
             if of is not None:
                 of.meta_dirty = True  # goes up with the next flush
             else:
-                await self._write_metadata(node)
+                await self.uploader.write_metadata(node)
         return node

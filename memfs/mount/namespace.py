@@ -30,6 +30,7 @@ from memfs.mount.nodes import (
     kind_of_mode,
     type_bits,
 )
+from memfs.mount.prefetch import Prefetcher
 from memfs.mount.state import Caller, CoreState, fail
 from memfs.s3.errors import StoreError
 from memfs.s3.objectmeta import ObjectInfo
@@ -50,6 +51,7 @@ class Namespace(CoreState):
         super().__init__(*args, **kwargs)
         self.listings = ListingCache(self)
         self.hidden = HiddenKeys(self)
+        self.prefetch = Prefetcher(self)  # learns each readdir's order (dir_page)
 
     async def _new_name(self, parent_inode: int, name: str, *,
                         directory: bool) -> tuple[Node, str]:
@@ -60,16 +62,16 @@ class Namespace(CoreState):
         self._writable(path)
         if await self.listings.resolve(parent, name) is not None:
             raise fail(errno.EEXIST)
-        self._check_key(path, directory=directory)
+        self.check_key(path, directory=directory)
         return parent, path
 
-    async def _existing(self, parent: Node, name: str) -> Node:
+    async def existing(self, parent: Node, name: str) -> Node:
         node = await self.listings.resolve(parent, name)
         if node is None:
             raise fail(errno.ENOENT)
         return node
 
-    async def _keep_directory(self, dnode: Node) -> None:
+    async def keep_directory(self, dnode: Node) -> None:
         """A directory that existed only through its children must outlive its last one.
 
         S3 has no directories: once the last key under ``d/`` goes, so would ``d``. rmdir(2)
@@ -79,7 +81,7 @@ class Namespace(CoreState):
         if (dnode.inode == ROOT_INODE or listing is None or listing.has_marker
                 or listing.names()):
             return
-        await self.s3(self.store.put, dnode.path, b"", self._metadata(dnode), directory=True,
+        await self.s3(self.store.put, dnode.path, b"", self.metadata(dnode), directory=True,
                        content_type=protocol.DIR_CONTENT_TYPE)
         listing.has_marker = True
 
@@ -279,6 +281,7 @@ class Namespace(CoreState):
             out += [(j, snap.names[j - 2], n) for j in range(i, end)
                     if (n := snap.found[j - 2]) is not None]
             i = end
+        self.prefetch.remember(snap)
         return out
 
     @staticmethod
@@ -403,7 +406,7 @@ class Namespace(CoreState):
         # check.
         async with self.ns_locks.claim(dirs=[parent.path, child_path(parent.path, text)]):
             self._writable(child_path(parent.path, text))
-            node = await self._existing(parent, text)
+            node = await self.existing(parent, text)
             if node.kind is not Kind.DIR:
                 raise fail(errno.ENOTDIR)
             # A file moved out of it may still be in S3 under it (moves), and the move may
@@ -423,7 +426,7 @@ class Namespace(CoreState):
         parent = self._dir(parent_inode)
         async with self.ns_locks.claim(dirs=[parent.path]):
             self._writable(child_path(parent.path, text))
-            node = await self._existing(parent, text)
+            node = await self.existing(parent, text)
             if node.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
             of = self.handles.shared.get(node.inode)
@@ -434,7 +437,7 @@ class Namespace(CoreState):
             self.inodes.detach(node.path)
             self.listings.remove(parent.path, text)
             self.content.discard(node.path)
-            await self._keep_directory(parent)
+            await self.keep_directory(parent)
 
     async def symlink(self, parent_inode: int, text: str, target: bytes, ctx: Caller) -> Node:
         node = await self._make_object(parent_inode, text, stat.S_IFLNK | 0o777, target, ctx)
@@ -468,15 +471,3 @@ class Namespace(CoreState):
             self.listings.add(parent.path, text, node)
             self.inodes.hold(node)
             return node
-
-    async def _write_metadata(self, node: Node) -> None:
-        """chmod/chown/utimens on a closed entry: one request, no data through us."""
-        await self.settled(node.path)  # the COPY in place is conditional on its ETag
-        if node.kind is Kind.DIR:
-            # Also turns an implied directory into one with a marker that carries the metadata.
-            await self.s3(self.store.put, node.path, b"", self._metadata(node), directory=True,
-                           content_type=protocol.DIR_CONTENT_TYPE)
-        else:
-            node.etag = await self.s3(self.store.copy, node.path, node.path,
-                                       metadata=self._metadata(node), src_etag=node.etag)
-        node.validated_at = time.time()

@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 import trio
 
 from memfs.mount.blobs import Blob
-from memfs.mount.handles import OpenFile
-from memfs.mount.nodes import Kind, Node, child_path
-from memfs.mount.readahead import ReadAhead
+from memfs.mount.nodes import DirSnapshot, Kind, Node, child_path
+from memfs.mount.state import CoreState
 from memfs.s3.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -65,32 +64,42 @@ class DirRun:
         self.index = {name: i for i, name in enumerate(self.names)}
 
 
-class Prefetch(ReadAhead):
-    """Files of a directory fetched ahead of a reader (see the module docstring)."""
+class Prefetcher:
+    """Files of a directory fetched ahead of a reader (see the module docstring); a part of the
+    mount's core.
 
-    # Created at first use (the state's constructor is not this layer's): readdir orders by
-    # directory path, prefetches in flight by path, and the versions already fetched ahead.
-    _runs: OrderedDict[str, DirRun] | None = None
-    _prefetching: dict[str, trio.Event] | None = None
-    _prefetched: set[tuple[str, str]] | None = None
-    prefetch_peak: int = 0
+    INVARIANT: every path in ``_prefetching`` has one GET in flight; ``_runs`` holds at most
+    ``RUNS`` directories.
+    GUARDED BY: the trio thread.
+    """
 
-    async def dir_page(self, fh: int, start: int) -> list[tuple[int, str, Node]]:
-        """A readdir page; a handle's first one records the order its files are given in (the
-        kernel reads a directory a page at a time: ``Namespace.dir_page``)."""
-        page = await super().dir_page(fh, start)
-        _inode, snap = self.handles.dirs[fh]
-        # A directory read page by page (its LIST streamed) gains names as the kernel reads on:
-        # those come after the ones already recorded.
-        if snap is not None and len(snap.names) > snap.ordered:
+    def __init__(self, state: CoreState) -> None:
+        self.state = state
+        # Made once with the mount, never replaced: held directly.
+        self.store = state.store
+        self.content = state.content
+        # Readdir orders by directory path, prefetches in flight by path, the versions already
+        # fetched ahead, and the most prefetches ever in flight at once.
+        self._runs: OrderedDict[str, DirRun] = OrderedDict()
+        self._prefetching: dict[str, trio.Event] = {}
+        self._prefetched: set[tuple[str, str]] = set()
+        self.prefetch_peak = 0
+
+    def remember(self, snap: DirSnapshot) -> None:
+        """A readdir page was given: record the order of its files (a handle's first page, and
+        the names a directory read page by page gains as the kernel reads on, after those)."""
+        if len(snap.names) > snap.ordered:
             files = [name for name in snap.names[snap.ordered:] if name in snap.listing.files]
             self._remember_order(snap.node.path, files, further=snap.ordered > 0)
             snap.ordered = len(snap.names)
-        return page
+
+    async def wait_for(self, path: str) -> None:
+        """A prefetch of ``path`` in flight: its bytes are about to be in the cache."""
+        ahead = self._prefetching.get(path)
+        if ahead is not None:  # (trap: a trio.Event refuses bool())
+            await ahead.wait()
 
     def _remember_order(self, directory: str, names: list[str], *, further: bool) -> None:
-        if self._runs is None:
-            self._runs = OrderedDict()
         run = self._runs.get(directory)
         if further and run is not None:
             for name in names:
@@ -102,19 +111,9 @@ class Prefetch(ReadAhead):
         while len(self._runs) > RUNS:
             self._runs.popitem(last=False)
 
-    async def _load(self, of: OpenFile, *, revalidate: bool = False,
-                    expect: str | None = None) -> None:
-        path = of.node.path
-        ahead = self._prefetching.get(path) if self._prefetching is not None else None
-        if ahead is not None:  # (trap: a trio.Event refuses bool())
-            await ahead.wait()  # its bytes are about to be in the cache: no second GET
-        await super()._load(of, revalidate=revalidate, expect=expect)
-        if not of.is_new:
-            self._prefetch_after(of.node)
-
-    def _prefetch_after(self, node: Node) -> None:
+    def after_open(self, node: Node) -> None:
         """A file was opened: if its directory is being read in order, fetch what follows."""
-        if self._runs is None or self.nursery is None:
+        if self.state.nursery is None:
             return
         run = self._runs.get(node.parent_path())
         i = run.index.get(node.name(), -1) if run is not None else -1
@@ -123,8 +122,6 @@ class Prefetch(ReadAhead):
         in_order, run.last = run.last >= 0 and i > run.last, i
         if not in_order:
             return
-        if self._prefetching is None or self._prefetched is None:
-            self._prefetching, self._prefetched = {}, set()
         if len(self._prefetched) > 100_000:  # a bound; forgetting costs at most a second GET
             self._prefetched.clear()
         run.cursor = max(run.cursor, i + 1)
@@ -132,33 +129,32 @@ class Prefetch(ReadAhead):
                and len(self._prefetching) < PREFETCH_FILES):
             path = child_path(node.parent_path(), run.names[run.cursor])
             run.cursor += 1
-            child = self.inodes.at(path)
+            child = self.state.inodes.at(path)
             if child is not None and self._worth_prefetching(child):
                 assert child.etag is not None
                 self._prefetched.add((path, child.etag))
                 done = self._prefetching[path] = trio.Event()
                 self.prefetch_peak = max(self.prefetch_peak, len(self._prefetching))
-                self.nursery.start_soon(self._prefetch_file, child, path, done)
+                self.state.nursery.start_soon(self._prefetch_file, child, path, done)
 
     def _worth_prefetching(self, node: Node) -> bool:
-        assert self._prefetching is not None and self._prefetched is not None
         return (node.kind is Kind.FILE and not node.detached and node.etag is not None
                 and node.size <= PREFETCH_MAX and node.path not in self._prefetching
                 and (node.path, node.etag) not in self._prefetched
-                and self.handles.shared.get(node.inode) is None and not self.is_local(node)
+                and self.state.handles.shared.get(node.inode) is None
+                and not self.state.is_local(node)
                 and self.content.lookup(node.path, node.etag) is None)
 
     async def _prefetch_file(self, node: Node, path: str, done: trio.Event) -> None:
         """GET one object into the content cache; failures are the open's to meet."""
-        assert self._prefetching is not None
         try:
-            await self.settled(path)  # a moved object is read from its new key
-            data, info = await self.s3(self.store.get, path)
+            await self.state.settled(path)  # a moved object is read from its new key
+            data, info = await self.state.s3(self.store.get, path)
             if node.path == path and not node.detached and self.content.lookup(
                     path, info.etag) is None:
-                blob = self._staged(Blob.from_bytes, self.content.staging, data, info.etag)
-                self._keep(path, blob, info)
-                self.counters["prefetched"] += 1
+                blob = self.state.staged(Blob.from_bytes, self.content.staging, data, info.etag)
+                self.state.keep(path, blob, info)
+                self.state.counters["prefetched"] += 1
         except (StoreError, OSError) as exc:
             log.debug("prefetch of %s failed: %s", path, exc)
         finally:

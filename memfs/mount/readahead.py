@@ -1,7 +1,7 @@
 """Reading big files at the wire's pace: a window of concurrent ranged GETs that grows while a
 reader stays sequential.
 
-A big object (above the part size) is loaded as an empty version (``Upload._load_ranged``) and
+A big object (above the part size) is loaded as an empty version (``Loader._load_ranged``) and
 filled range by range as it is read, each ranged GET conditional on that version (``If-Match``,
 ``memfs.s3.transfer.fetch_range``): bytes of two versions never meet in one blob, and a version
 replaced in S3 meanwhile makes the read fail with ESTALE (docs/SEMANTICS.md).
@@ -34,7 +34,8 @@ import trio
 
 from memfs.mount.blobs import Blob
 from memfs.mount.handles import OpenFile
-from memfs.mount.upload import Upload
+from memfs.mount.loader import Loader
+from memfs.mount.state import CoreState
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +47,24 @@ READ_AHEAD = 1024 * 1024
 SLACK = 1024 * 1024
 
 
-class ReadAhead(Upload):
-    """Reads of big files: the foreground fetch and the window (see the module docstring)."""
+class ReadAhead:
+    """Reads of big files: the foreground fetch and the window (see the module docstring); a
+    part of the mount's core.
 
-    # Background spans in flight in the whole mount (the class default is shadowed by the
-    # instance's own counter at the first increment).
-    _ahead_running: int = 0
-    # The most that were ever in flight at once (tests read it).
-    ahead_peak: int = 0
+    INVARIANT: ``_ahead_running`` counts the background spans in flight in the whole mount,
+    at most ``--read-ahead``.
+    GUARDED BY: the trio thread.
+    """
+
+    def __init__(self, state: CoreState, loader: Loader) -> None:
+        self.state = state
+        # Made once with the mount, never replaced: held directly.
+        self.config = state.config
+        self.content = state.content
+        self.loader = loader
+        # Background spans in flight in the whole mount, and the most ever at once.
+        self._ahead_running = 0
+        self.ahead_peak = 0
 
     def _sequential(self, of: OpenFile, off: int) -> bool:
         return of.read_end - SLACK <= off <= of.read_end + SLACK
@@ -66,7 +77,7 @@ class ReadAhead(Upload):
             return 0
         return max(1, min(want, self.content.max_bytes // 4 // self.config.part_size))
 
-    async def _fetch_for_read(self, of: OpenFile, body: Blob, off: int, size: int) -> None:
+    async def fetch_for_read(self, of: OpenFile, body: Blob, off: int, size: int) -> None:
         """Fetch what a read at [off, off+size) needs into ``body``, widened while reads are
         sequential (module docstring). A span in flight that the read needs is waited for, not
         fetched again; the caller then looks again at what is missing. Never takes
@@ -91,7 +102,7 @@ class ReadAhead(Upload):
                 stop = s
         await self._fetch_span(of, body, start, stop)
 
-    def _read_ahead(self, of: OpenFile, body: Blob, off: int, size: int) -> None:
+    def read_ahead(self, of: OpenFile, body: Blob, off: int, size: int) -> None:
         """After a read of a version still incomplete: grow, keep or close the window, and
         start the background spans it lacks. Called on every such read (hits included: a
         reader served from the window must keep it full). Starts tasks; never waits."""
@@ -109,7 +120,7 @@ class ReadAhead(Upload):
     def _top_up(self, of: OpenFile, body: Blob, pos: int) -> None:
         """Start background spans from the window's frontier (``of.ahead``) until ``window``
         parts past ``pos`` are fetched or in flight, or the mount's bound is reached."""
-        if self.nursery is None or body.etag is None or of.window <= 0:
+        if self.state.nursery is None or body.etag is None or of.window <= 0:
             return
         part = self.config.part_size
         of.ahead = max(of.ahead, pos)
@@ -125,13 +136,13 @@ class ReadAhead(Upload):
                 self.ahead_peak = max(self.ahead_peak, self._ahead_running)
                 # Recorded now, not when the task starts: the next read must see it in flight.
                 done = of.inflight[(start, stop)] = trio.Event()
-                self.nursery.start_soon(self._background_span, of, body, start, stop, done)
+                self.state.nursery.start_soon(self._background_span, of, body, start, stop, done)
 
     async def _fetch_span(self, of: OpenFile, body: Blob, start: int, stop: int) -> None:
         """Fetch [start, stop) of ``body`` in the foreground, recorded as in flight."""
         done = of.inflight[(start, stop)] = trio.Event()
         try:
-            await self._fetch(of, start, stop, body)
+            await self.loader.fetch(of, start, stop, body)
         finally:
             del of.inflight[(start, stop)]
             done.set()
@@ -139,7 +150,7 @@ class ReadAhead(Upload):
     async def _background_span(self, of: OpenFile, body: Blob, start: int, stop: int,
                                done: trio.Event) -> None:
         try:
-            await self._fetch(of, start, stop, body)
+            await self.loader.fetch(of, start, stop, body)
         except OSError as exc:  # the read that needs it fetches it again, and reports
             log.debug("read-ahead of %s [%d, %d) failed: %s", of.node.path, start, stop, exc)
             of.window = 0  # no more background GETs that would fail alike (ESTALE)

@@ -17,10 +17,11 @@ import time
 
 import trio
 
-from memfs.mount.data import DataPath
 from memfs.mount.moves import Move
+from memfs.mount.namespace import Namespace
 from memfs.mount.nodes import Kind, Node, child_path, kind_of_mode
-from memfs.mount.state import fail
+from memfs.mount.state import CoreState, fail
+from memfs.mount.upload import Uploader
 from memfs.s3.errors import StoreError
 from memfs.s3.objectmeta import ObjectInfo
 
@@ -30,14 +31,27 @@ RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 
 
-class Renames(DataPath):
-    """Rename of files and directories (see the module docstring)."""
+class Renames:
+    """Rename of files and directories (see the module docstring); a part of the mount's core,
+    over the namespace it changes and the uploader that saves a file's writes before its move."""
+
+    def __init__(self, state: CoreState, namespace: Namespace, uploader: Uploader) -> None:
+        self.state = state
+        self.namespace = namespace
+        self.uploader = uploader
+        # Made once with the mount, never replaced: held directly.
+        self.store = state.store
+        self.inodes = state.inodes
+        self.content = state.content
+        self.handles = state.handles
+        self.moves = state.moves
+        self.config = state.config
 
     async def rename(self, old_parent: int, src_name: str, new_parent: int, dst_name: str,
                      flags: int) -> None:
         if flags & RENAME_EXCHANGE:
             raise fail(errno.EINVAL)
-        src_parent, dst_parent = self._dir(old_parent), self._dir(new_parent)
+        src_parent, dst_parent = self.state._dir(old_parent), self.state._dir(new_parent)
         src_path = child_path(src_parent.path, src_name)
         dst_path = child_path(dst_parent.path, dst_name)
         # Claimed: both parents; for a directory also its whole subtree (every path in it
@@ -47,12 +61,12 @@ class Renames(DataPath):
         moving_dir = known is None or known.kind is Kind.DIR
         while True:
             trees = [src_path, dst_path] if moving_dir else []
-            async with self.ns_locks.claim(dirs=[src_parent.path, dst_parent.path],
+            async with self.state.ns_locks.claim(dirs=[src_parent.path, dst_parent.path],
                                            trees=trees):
-                self._writable(src_path, dst_path)
+                self.state._writable(src_path, dst_path)
                 # A name still moving in S3 (``moves``) is moved again once S3 has it.
                 await self.moves.settled(paths=[src_path, dst_path], trees=trees)
-                src = self._kernel_known_file(src_path) or await self._existing(
+                src = self._kernel_known_file(src_path) or await self.namespace.existing(
                     src_parent, src_name)
                 if src.kind is Kind.DIR and not moving_dir:
                     moving_dir = True
@@ -74,7 +88,7 @@ class Renames(DataPath):
 
     async def _rename_claimed(self, src: Node, src_parent: Node, src_name: str,
                               dst_parent: Node, dst_name: str, flags: int) -> None:
-        dst = await self.listings.resolve(dst_parent, dst_name)
+        dst = await self.namespace.listings.resolve(dst_parent, dst_name)
         if dst is src:
             return
         if dst is not None and flags & RENAME_NOREPLACE:
@@ -86,40 +100,40 @@ class Renames(DataPath):
             if dst is not None:
                 if dst.kind is not Kind.DIR:
                     raise fail(errno.ENOTDIR)
-                if (await self.listings.listing(dst)).names():
+                if (await self.namespace.listings.listing(dst)).names():
                     raise fail(errno.ENOTEMPTY)
-            self._check_key(dst_path, directory=True)
+            self.state.check_key(dst_path, directory=True)
             await self._rename_dir(src, src_parent, dst_parent, dst_path, dst)
         else:
             if dst is not None and dst.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
-            self._check_key(dst_path)
-            if dst is None and src_parent is not dst_parent and self.nursery is not None:
+            self.state.check_key(dst_path)
+            if dst is None and src_parent is not dst_parent and self.state.nursery is not None:
                 await self._defer_move(src, src_parent, dst_parent, dst_path)
                 return
             await self._rename_file(src, dst_path, replacing=dst is not None)
             if dst is not None:
-                self.usage.removed(dst.size)
+                self.state.usage.removed(dst.size)
         self._moved(src, src_parent, dst_parent, dst_path)
-        await self._keep_directory(src_parent)
+        await self.namespace.keep_directory(src_parent)
 
     def _moved(self, src: Node, src_parent: Node, dst_parent: Node, dst_path: str) -> None:
         """The namespace follows a rename of ``src`` to ``dst_path``."""
         src_path, src_name = src.path, src.name()
         self.inodes.move(src_path, dst_path)
         self.content.move(src_path, dst_path)
-        self.listings.remove(src_parent.path, src_name)
-        self.listings.add(dst_parent.path, src.name(), src)  # its new name
+        self.namespace.listings.remove(src_parent.path, src_name)
+        self.namespace.listings.add(dst_parent.path, src.name(), src)  # its new name
 
     async def _defer_move(self, src: Node, src_parent: Node, dst_parent: Node,
                           dst_path: str) -> None:
         """A file renamed into another directory: the namespace shows it now, S3 follows in
         the background (``moves`` says why and what keeps it safe)."""
         await self._upload_before_move(src)
-        assert self.nursery is not None
+        assert self.state.nursery is not None
         move = self.moves.begin(src.path, dst_path)
         self._moved(src, src_parent, dst_parent, dst_path)
-        self.nursery.start_soon(self._settle_move, move, src, src.etag, src_parent)
+        self.state.nursery.start_soon(self._settle_move, move, src, src.etag, src_parent)
 
     async def _settle_move(self, move: Move, node: Node, etag: str | None,
                            src_parent: Node) -> None:
@@ -132,18 +146,18 @@ class Renames(DataPath):
             new_etag, etag = await self._copy_for_rename(node, move.src, move.dst, etag)
             try:
                 if not src_parent.detached:
-                    await self._keep_directory(src_parent)
-                await self.s3(self.store.delete, move.src)
+                    await self.namespace.keep_directory(src_parent)
+                await self.state.s3(self.store.delete, move.src)
             except OSError:
                 # Reported as failed, so leave no copy behind if we can: S3 keeps the source.
                 left = "both names"
                 with contextlib.suppress(StoreError):
-                    await self.s3(self.store.delete, move.dst)
+                    await self.state.s3(self.store.delete, move.dst)
                     left = "the source only"
                 raise
             if node.path == move.dst:
                 self._follow_copy(node, etag, new_etag)
-                self.listings.add(node.parent_path(), node.name(), node)
+                self.namespace.listings.add(node.parent_path(), node.name(), node)
         except OSError as exc:
             error = exc
             log.warning("rename of %s to %s failed after it returned (%s): S3 keeps %s; "
@@ -166,12 +180,12 @@ class Renames(DataPath):
             node = self.inodes.at(path)
             if node is not None:
                 node.validated_at = 0.0
-                self.kernel.forget_attrs(node.inode)
+                self.state.kernel.forget_attrs(node.inode)
             if parent is not None:
                 parent.recent.pop(name, None)
                 if parent.listing is not None:
                     parent.listing.fetched_at = float("-inf")
-                self.kernel.forget_entry(parent.inode, name)
+                self.state.kernel.forget_entry(parent.inode, name)
 
     async def _upload_before_move(self, src: Node) -> None:
         """Upload what a writer of ``src`` holds, so the move takes it, not an older version."""
@@ -179,20 +193,20 @@ class Renames(DataPath):
         if of is not None:
             async with of.lock:
                 if of.is_new or of.dirty:
-                    await self._upload(of)
+                    await self.uploader.upload(of)
 
     async def _rename_file(self, src: Node, dst_path: str, *, replacing: bool) -> None:
         """COPY to the new key, then DELETE the old one (S3 has no rename)."""
         await self._upload_before_move(src)
         new_etag, copied = await self._copy_for_rename(src, src.path, dst_path, src.etag)
         try:
-            await self.s3(self.store.delete, src.path)
+            await self.state.s3(self.store.delete, src.path)
         except StoreError:
             copy_removed = False
             if not replacing:
                 # Reported as failed, so leave no copy behind: S3 keeps just the source.
                 with contextlib.suppress(StoreError):
-                    await self.s3(self.store.delete, dst_path)
+                    await self.state.s3(self.store.delete, dst_path)
                     copy_removed = True
             if not copy_removed:
                 self._show_copy(src, dst_path, new_etag)
@@ -207,19 +221,19 @@ class Renames(DataPath):
         with what S3 holds, as rename(2) moves names: one HEAD, the node takes that version,
         and the COPY again, conditional on it."""
         try:
-            return await self.s3(self.store.copy, src_path, dst_path, src_etag=etag), etag
+            return await self.state.s3(self.store.copy, src_path, dst_path, src_etag=etag), etag
         except StoreError as exc:
             if exc.errno != errno.ESTALE or any(of.node is node for of in self.handles.states()):
                 raise
-        info = await self.s3(self.store.head, src_path)
+        info = await self.state.s3(self.store.head, src_path)
         if info is None:
             raise fail(errno.ENOENT)
         if info.mode is not None and kind_of_mode(info.mode) is not node.kind:
             raise fail(errno.ESTALE)  # replaced by an entry of another type: not ours to move
         node.apply_info(info, time.time())
         self.content.discard(node.path)
-        self.kernel.forget_attrs(node.inode)
-        return await self.s3(self.store.copy, src_path, dst_path, src_etag=info.etag), \
+        self.state.kernel.forget_attrs(node.inode)
+        return await self.state.s3(self.store.copy, src_path, dst_path, src_etag=info.etag), \
             info.etag
 
     def _follow_copy(self, node: Node, copied: str | None, new_etag: str) -> None:
@@ -245,11 +259,11 @@ class Renames(DataPath):
         node.apply_info(ObjectInfo(src.size, etag, src.mtime, src.mode, src.uid, src.gid),
                         time.time())
         self.content.discard(dst_path)
-        self.listings.add(node.parent_path(), node.name(), node)
+        self.namespace.listings.add(node.parent_path(), node.name(), node)
         parent = self.inodes.at(node.parent_path())
-        self.kernel.forget_attrs(node.inode)
+        self.state.kernel.forget_attrs(node.inode)
         if parent is not None:
-            self.kernel.forget_entry(parent.inode, node.name())
+            self.state.kernel.forget_entry(parent.inode, node.name())
 
     async def _rename_dir(self, src: Node, src_parent: Node, dst_parent: Node, dst_path: str,
                           dst: Node | None) -> None:
@@ -259,23 +273,23 @@ class Renames(DataPath):
         with it, hidden at the new name as at the old; left behind, it would show up at the old
         name once the directory had gone (docs/SEMANTICS.md, "A file and a directory of the same
         name"). An empty directory replaced goes as ``rmdir`` would, with the file it hid."""
-        keys = await self.s3(lambda: list(self.store.walk_keys(src.path)))
+        keys = await self.state.s3(lambda: list(self.store.walk_keys(src.path)))
         for of in list(self.handles.shared.values()):
             if of.node.path.startswith(src.path + "/") and (of.dirty or of.is_new):
                 async with of.lock:
-                    await self._upload(of)
-                keys = await self.s3(lambda: list(self.store.walk_keys(src.path)))
-        hidden = await self.hidden.take_shadowed(src_parent, src.name())
+                    await self.uploader.upload(of)
+                keys = await self.state.s3(lambda: list(self.store.walk_keys(src.path)))
+        hidden = await self.namespace.hidden.take_shadowed(src_parent, src.name())
         if dst is not None:
-            await self.s3(self.store.delete, dst.path, directory=True)
-            await self.hidden.remove_shadowed(dst_parent, dst.name())
+            await self.state.s3(self.store.delete, dst.path, directory=True)
+            await self.namespace.hidden.remove_shadowed(dst_parent, dst.name())
         moved_hidden: list[str] = []
 
         async def copy_one(rel: str) -> None:
-            await self.s3(self.store.copy, f"{src.path}/{rel}", f"{dst_path}/{rel}")
+            await self.state.s3(self.store.copy, f"{src.path}/{rel}", f"{dst_path}/{rel}")
 
         async def copy_hidden(info: ObjectInfo) -> None:
-            etag = await self.s3(self.store.copy, src.path, dst_path, src_etag=info.etag)
+            etag = await self.state.s3(self.store.copy, src.path, dst_path, src_etag=info.etag)
             moved_hidden.append(src.path)
             if dst_parent.listing is not None:
                 dst_parent.listing.shadowed[dst_path.rpartition("/")[2]] = ObjectInfo(
@@ -286,7 +300,7 @@ class Renames(DataPath):
                 nursery.start_soon(copy_one, rel)
             if hidden is not None:
                 nursery.start_soon(copy_hidden, hidden)
-        await self.s3(self.store.delete_keys,
+        await self.state.s3(self.store.delete_keys,
                        [f"{src.path}/{rel}" for rel, _ in keys] + moved_hidden)
         if moved_hidden:
             self.content.discard(src.path)

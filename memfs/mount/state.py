@@ -27,14 +27,14 @@ import trio
 from memfs import protocol
 from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.config import MountConfig
-from memfs.mount.diskcache import DiskCache
-from memfs.mount.handles import HandleTable
+from memfs.mount.diskcache import DiskCache, Entry
+from memfs.mount.handles import HandleTable, OpenFile
 from memfs.mount.moves import Moves
 from memfs.mount.nodes import ROOT_INODE, InodeTable, Kind, Node
 from memfs.mount.pathlocks import PathLocks
 from memfs.mount.quota import Usage
 from memfs.mount.singleflight import SingleFlight
-from memfs.s3.objectmeta import metadata_for
+from memfs.s3.objectmeta import ObjectInfo, metadata_for
 from memfs.s3.store import Store
 
 log = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ class CoreState:
         a move the object has a new key and may have a new ETag."""
         await self.moves.settled(paths=[path])
 
-    async def _run(self, size: int, fn: Callable[..., Any], *args: Any) -> Any:
+    async def run_blocking(self, size: int, fn: Callable[..., Any], *args: Any) -> Any:
         """Blocking disk work on ``size`` bytes: inline when small, else in a worker thread
         (outside the S3 limiter: it waits on the disk, not the network)."""
         if size <= INLINE:
@@ -223,11 +223,11 @@ class CoreState:
 
         self.nursery.start_soon(run)
 
-    def _new_blob(self) -> Blob:
+    def new_blob(self) -> Blob:
         """An empty staged blob for an open file's bytes."""
-        return self._staged(Blob.create, self.content.staging)
+        return self.staged(Blob.create, self.content.staging)
 
-    def _staged(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def staged(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a disk operation of the staging area on the trio thread. A full disk first
         evicts cached versions (they can be fetched again), then answers ENOSPC."""
         while True:
@@ -236,9 +236,9 @@ class CoreState:
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT) and self.content.make_room():
                     continue
-                raise self._disk_error(exc) from None
+                raise self.disk_error(exc) from None
 
-    def _disk_error(self, exc: OSError) -> OSError:
+    def disk_error(self, exc: OSError) -> OSError:
         """A failure of the cache disk as the errno the caller sees (ENOSPC when full, else
         EIO), with a log line: the kernel shows the caller only the errno."""
         err = errno.ENOSPC if exc.errno in (errno.ENOSPC, errno.EDQUOT) else errno.EIO
@@ -268,7 +268,7 @@ class CoreState:
         if self.config.read_only or any(self.config.is_read_only(p) for p in paths):
             raise fail(errno.EROFS)
 
-    def _check_key(self, path: str, directory: bool = False) -> None:
+    def check_key(self, path: str, directory: bool = False) -> None:
         key = self.store.dir_key(path) if directory else self.store.key(path)
         if len(key.encode()) > KEY_MAX:
             raise fail(errno.ENAMETOOLONG)
@@ -277,7 +277,7 @@ class CoreState:
         pending = sum(1 for of in self.handles.states() if of.is_new)
         self.usage.check_add(0, new_files=pending + 1)
 
-    def _check_total(self, delta_bytes: int) -> None:
+    def check_total(self, delta_bytes: int) -> None:
         self.usage.check_add(delta_bytes)
 
     def is_local(self, node: Node) -> bool:
@@ -286,6 +286,15 @@ class CoreState:
         if of is not None and of.local:
             return True
         return any(p.node is node and p.is_new for p in self.handles.privates.values())
+
+    def is_current(self, of: OpenFile) -> bool:
+        """May a new open share ``of``? Yes while it holds uncommitted writes (POSIX: readers
+        see them) or still is the version this mount knows as current, confirmed within the
+        TTL (close-to-open). A stale one keeps serving only the handles already on it."""
+        if of.dirty or of.is_new:
+            return True
+        node = of.node
+        return (of.body is None or of.base_etag == node.etag) and self.fresh(node.validated_at)
 
     def _meta(self, mode: int, uid: int, gid: int, mtime: float, agent: str | None = None,
               **times: Any) -> dict[str, str]:
@@ -296,7 +305,23 @@ class CoreState:
             meta[protocol.META_AGENT] = agent
         return meta
 
-    def _metadata(self, node: Node, agent: str | None = None) -> dict[str, str]:
+    def metadata(self, node: Node, agent: str | None = None) -> dict[str, str]:
         return self._meta(node.mode, node.uid, node.gid, node.mtime, agent,
                           atime=node.atime or None, ctime=node.ctime or None, rdev=node.rdev)
 
+    def keep(self, path: str, blob: Blob, info: ObjectInfo | None) -> Entry | None:
+        """Cache a version; its record is written now if small, else by a background task."""
+        entry = self.content.publish(path, blob, info)
+        if entry is not None:
+            self.record(entry)
+        return entry
+
+    def record(self, entry: Entry) -> None:
+        """Write a complete entry's record for the next mount: now if small, else (hashing
+        the file) in the background."""
+        if not self.content.persistent or entry.sha256 is not None:
+            return
+        if entry.size <= INLINE:
+            self.content.persist(entry)
+        else:
+            self.background(self.content.persist, entry)

@@ -17,11 +17,10 @@ import os
 import time
 
 from memfs import protocol
-from memfs.mount.data import DataPath
 from memfs.mount.handles import OpenFile
 from memfs.mount.nodes import ROOT_INODE, Kind
 from memfs.mount.quota import Usage
-from memfs.mount.state import fail, thread_group
+from memfs.mount.state import CoreState, fail, thread_group
 
 XATTR_SOURCE = protocol.XATTR_SOURCE
 XATTR_USAGE = protocol.XATTR_USAGE
@@ -30,13 +29,24 @@ XATTR_ATOMIC = protocol.XATTR_ATOMIC
 XATTR_STATS = protocol.XATTR_STATS
 
 
-class Transactions(DataPath):
-    """Extended attributes and private transactions (see the module docstring)."""
+class Transactions:
+    """Extended attributes and private transactions (see the module docstring); a part of the
+    mount's core."""
+
+    def __init__(self, state: CoreState) -> None:
+        self.state = state
+        # Made once with the mount, never replaced: held directly.
+        self.store = state.store
+        self.config = state.config
+        self.content = state.content
+        self.handles = state.handles
+        self.usage = state.usage
+        self.counters = state.counters
 
     async def current_usage(self) -> Usage:
         """Usage against the quotas, recounted with S3 when it is stale (statfs, memfs df)."""
         if self.usage.stale():
-            self.usage.reset(await self.s3(Usage.scan, self.store))
+            self.usage.reset(await self.state.s3(Usage.scan, self.store))
         return self.usage
 
     def _root_xattrs(self) -> dict[str, bytes]:
@@ -52,12 +62,12 @@ class Transactions(DataPath):
         store_stats = getattr(self.store, "stats", None)
         states = self.handles.states()
         return {
-            "pid": os.getpid(), "started": self.started,
-            "uptime_s": round(time.time() - self.started, 1),
+            "pid": os.getpid(), "started": self.state.started,
+            "uptime_s": round(time.time() - self.state.started, 1),
             "open_files": len(self.handles.files),
             "pending_uploads": sum(1 for of in states if of.local),
-            "pending_moves": len(self.moves),
-            "deferred_moves": self.moves.deferred,
+            "pending_moves": len(self.state.moves),
+            "deferred_moves": self.state.moves.deferred,
             "conflicts": self.counters["conflicts"],
             # The memory handler's str_replace/insert that lost a race: re-applied to the
             # newest version, or refused because their meaning changed (user.memfs.atomic).
@@ -69,7 +79,7 @@ class Transactions(DataPath):
             "content_cache": self.content.stats(),
             "s3": store_stats.snapshot() if store_stats is not None else {},
             "endpoint": self.store.caps.as_dict() if hasattr(self.store, "caps") else {},
-            "fuse_ops": dict(sorted(self.ops.items())),
+            "fuse_ops": dict(sorted(self.state.ops.items())),
         }
 
     async def getxattr(self, inode: int, name: str, pid: int) -> bytes:
@@ -89,7 +99,7 @@ class Transactions(DataPath):
     async def setxattr(self, inode: int, name: str, value: bytes, pid: int) -> None:
         """Only memfs's own, on a file the calling process has open: ``user.memfs.agent`` (who
         is writing, recorded with the upload) and ``user.memfs.atomic`` (XATTR_ATOMIC)."""
-        if name == protocol.XATTR_EDIT_REFUSED and self._node(inode).kind is Kind.DIR:
+        if name == protocol.XATTR_EDIT_REFUSED and self.state._node(inode).kind is Kind.DIR:
             self.counters["edits_refused"] += 1
             return
         if name not in (XATTR_AGENT, XATTR_ATOMIC):
@@ -144,17 +154,17 @@ class Transactions(DataPath):
                                agent=shared.agent)
             if shared.is_new:
                 if shared.body is None:
-                    private.body = self._new_blob()
+                    private.body = self.state.new_blob()
                 elif shared.handles == 1 and not shared.body.frozen:
                     # No other descriptor shares these bytes (the usual create + mark): they
                     # become the transaction's own, with no copy made.
                     private.body, shared.body = shared.body, None
                 else:
-                    private.body = await self._run(shared.body.size, shared.body.fork,
+                    private.body = await self.state.run_blocking(shared.body.size, shared.body.fork,
                                                    self.content.staging)
                 private.dirty = True
             elif (shared.body is not None and shared.body.etag is not None
-                  and self._current_state(shared) and not shared.dirty):
+                  and self.state.is_current(shared) and not shared.dirty):
                 private.body = shared.body  # a version: never written, so safely shared
                 private.base_etag = shared.base_etag
             else:  # others' uncommitted changes are not ours to start from: load S3's version
