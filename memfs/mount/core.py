@@ -1,14 +1,17 @@
 """The mount's core: a filesystem over one S3 prefix that knows nothing of FUSE.
 
-The core is five concerns stacked on one shared state, each in a module of its own:
+``MemFSCore`` is one state (``state.CoreState``: the store, config, inode and handle tables,
+content cache, quota, locks and the helpers every part uses) and the parts built on it, each a
+class in a module of its own, given the state and the parts it uses:
 
-* ``state`` — ``CoreState``: the store, config, inode and handle tables, content cache, quota,
-  locks and the helpers all layers use;
-* ``listings`` — listings and their freshness, names resolved against them;
-* ``namespace`` — lookups, attributes, directories, unlink and symlinks;
-* ``data`` — open files: load, read, write, truncate, upload at flush/fsync, lost races;
-* ``transactions`` — memfs's extended attributes and private transactions (on ``data``);
-* ``rename`` — rename of files and directories, COPY + DELETE (on ``data``).
+* ``listings.ListingCache`` — listings and their freshness, names resolved against them;
+* ``hiddenkeys.HiddenKeys`` — keys a listing hides that must go where their directory goes;
+* ``namespace.Namespace`` — lookups, attributes, directories, unlink and symlinks;
+* ``loader.Loader``, ``readahead.ReadAhead``, ``prefetch.Prefetcher`` — bytes from S3;
+* ``upload.Uploader`` — bytes and metadata to S3, lost races, conflict copies;
+* ``data.DataPath`` — open files: create, open, read, write, truncate, flush, fsync;
+* ``transactions.Transactions`` — memfs's extended attributes and private transactions;
+* ``rename.Renames`` — rename of files and directories, COPY + DELETE.
 
 The core speaks in nodes, handles and errnos (it raises ``OSError``; ``StoreError`` is one). The
 pyfuse3 adapter (``memfs.mount.fs``) decodes names, builds the kernel's attributes and is the one
@@ -24,39 +27,57 @@ from __future__ import annotations
 from typing import Any
 
 from memfs.mount.data import DataPath
-from memfs.mount.quota import Usage
+from memfs.mount.hiddenkeys import HiddenKeys
+from memfs.mount.listings import ListingCache
+from memfs.mount.loader import Loader
+from memfs.mount.namespace import Namespace
+from memfs.mount.prefetch import Prefetcher
+from memfs.mount.readahead import ReadAhead
 from memfs.mount.rename import Renames
+from memfs.mount.state import CoreState
 from memfs.mount.transactions import Transactions
+from memfs.mount.upload import Uploader
 
 
-class MemFSCore(DataPath):
-    """One mount: the namespace and the data path over one shared state, and the parts they
-    hold (``listings``, ``hidden``, ``prefetch``, ``loader``, ``readahead``, ``uploader``,
-    ``renames``, ``xattrs``). The operations of the last two are passed on from here."""
+class MemFSCore(CoreState):
+    """One mount: its state (``CoreState``: store, config, tables, cache, locks), the parts
+    built on it, and the operations the adapter calls, each answered by the part that owns it.
+
+    INVARIANT: every part holds this same state; the parts are made once, here.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.renames = Renames(self, self, self.uploader)
+        self.listings = ListingCache(self)
+        self.hidden = HiddenKeys(self)
+        self.prefetch = Prefetcher(self)
+        self.namespace = Namespace(self, self.listings, self.hidden, self.prefetch)
+        self.loader = Loader(self, self.listings, self.prefetch)
+        self.readahead = ReadAhead(self, self.loader)
+        self.uploader = Uploader(self, self.listings, self.loader)
+        self.data = DataPath(self, self.namespace, self.loader, self.readahead, self.uploader)
+        self.renames = Renames(self, self.namespace, self.uploader)
         self.xattrs = Transactions(self)
+        # The operations (memfs.mount.fs calls them; so do the core's tests).
+        ns, data, xattrs = self.namespace, self.data, self.xattrs
+        self.lookup, self.forget, self.getattr, self.readlink = (
+            ns.lookup, ns.forget, ns.getattr, ns.readlink)
+        self.opendir, self.dir_page, self.dir_entries, self.fsyncdir, self.releasedir = (
+            ns.opendir, ns.dir_page, ns.dir_entries, ns.fsyncdir, ns.releasedir)
+        self.mkdir, self.rmdir, self.unlink, self.symlink = (
+            ns.mkdir, ns.rmdir, ns.unlink, ns.symlink)
+        self.create, self.mknod, self.open, self.read, self.write = (
+            data.create, data.mknod, data.open, data.read, data.write)
+        self.flush, self.fsync, self.release, self.setattr = (
+            data.flush, data.fsync, data.release, data.setattr)
+        self.rename = self.renames.rename
+        self.current_usage, self.stats = xattrs.current_usage, xattrs.stats
+        self.getxattr, self.listxattr, self.setxattr = (
+            xattrs.getxattr, xattrs.listxattr, xattrs.setxattr)
 
-    async def rename(self, old_parent: int, src_name: str, new_parent: int, dst_name: str,
-                     flags: int) -> None:
-        await self.renames.rename(old_parent, src_name, new_parent, dst_name, flags)
-
-    async def current_usage(self) -> Usage:
-        return await self.xattrs.current_usage()
-
-    def stats(self) -> dict[str, object]:
-        return self.xattrs.stats()
-
-    async def getxattr(self, inode: int, name: str, pid: int) -> bytes:
-        return await self.xattrs.getxattr(inode, name, pid)
-
-    def listxattr(self, inode: int) -> list[str]:
-        return self.xattrs.listxattr(inode)
-
-    async def setxattr(self, inode: int, name: str, value: bytes, pid: int) -> None:
-        await self.xattrs.setxattr(inode, name, value, pid)
+    async def flush_all(self) -> int:
+        """Upload every open file with unsaved changes; how many failed (the unmount's)."""
+        return await self.uploader.flush_all()
 
     def check_invariants(self) -> None:
         """Raise AssertionError when the mount's state contradicts its written invariants

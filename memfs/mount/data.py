@@ -1,10 +1,11 @@
 """Open files: create, open, read, write, truncate, setattr, flush, fsync and release.
 
-The layer above uploads. Handles of one inode share one ``OpenFile`` (a reader sees another
-descriptor's unsaved writes) except private copies: an ``O_TRUNC`` rewrite gets its own, so other
-readers keep the old version until its close uploads the new one. Reads load at open (close-to-
-open consistency); write-only opens load lazily, and their first write insists on the version the
-open saw; appends revalidate at open and always write at the end of the bytes they hold.
+The part that serves open files, over the loader and the uploader. Handles of one inode share one
+``OpenFile`` (a reader sees another descriptor's unsaved writes) except private copies: an
+``O_TRUNC`` rewrite gets its own, so other readers keep the old version until its close uploads the
+new one. Reads load at open (close-to-open consistency); write-only opens load lazily, and their
+first write insists on the version the open saw; appends revalidate at open and always write at the
+end of the bytes they hold.
 
 Bytes live on disk (``Blob``): a read serves what the blob holds and fetches missing ranges of a
 big file first (with a window of ranged GETs ahead while reads are sequential: readahead.py);
@@ -19,7 +20,6 @@ import logging
 import os
 import stat
 import time
-from typing import Any
 
 from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.handles import OpenFile
@@ -27,7 +27,7 @@ from memfs.mount.loader import Loader
 from memfs.mount.namespace import Namespace
 from memfs.mount.nodes import ROOT_INODE, Kind, Node, child_path
 from memfs.mount.readahead import ReadAhead
-from memfs.mount.state import AttrChange, Caller, Opened, fail, thread_group
+from memfs.mount.state import AttrChange, Caller, CoreState, Opened, fail, thread_group
 from memfs.mount.upload import Uploader
 
 log = logging.getLogger(__name__)
@@ -40,24 +40,30 @@ MAX_OBJECT = 5 * 1024**4
 SQLITE_SHM = "-shm"
 
 
-class DataPath(Namespace):
-    """Open files (see the module docstring), over the parts that move their bytes."""
+class DataPath:
+    """Open files (see the module docstring), over the parts that move their bytes; a part of
+    the mount's core."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.loader = Loader(self, self.listings, self.prefetch)
-        self.readahead = ReadAhead(self, self.loader)
-        self.uploader = Uploader(self, self.listings, self.loader)
-
-    async def flush_all(self) -> int:
-        """Upload every open file with unsaved changes; how many failed (the unmount's)."""
-        return await self.uploader.flush_all()
+    def __init__(self, state: CoreState, namespace: Namespace, loader: Loader,
+                 readahead: ReadAhead, uploader: Uploader) -> None:
+        self.state = state
+        self.namespace = namespace
+        self.listings = namespace.listings
+        self.loader = loader
+        self.readahead = readahead
+        self.uploader = uploader
+        # Made once with the mount, never replaced: held directly.
+        self.store = state.store
+        self.config = state.config
+        self.inodes = state.inodes
+        self.content = state.content
+        self.handles = state.handles
 
     async def create(self, parent_inode: int, text: str, mode: int, flags: int,
                      ctx: Caller) -> tuple[Opened, Node]:
-        parent = self._dir(parent_inode)
-        async with self.ns_locks.claim(dirs=[parent.path]):
-            self._writable(child_path(parent.path, text))
+        parent = self.state.directory(parent_inode)
+        async with self.state.ns_locks.claim(dirs=[parent.path]):
+            self.state.writable(child_path(parent.path, text))
             existing = await self.listings.resolve(parent, text, for_create=True)
             if existing is not None:
                 # Created elsewhere after the kernel cached a negative lookup.
@@ -69,15 +75,15 @@ class DataPath(Namespace):
                 self.inodes.hold(existing)
                 return fi, existing
             path = child_path(parent.path, text)
-            self.check_key(path)
-            self._check_file_count()
+            self.state.check_key(path)
+            self.state.check_file_count()
             node = self.inodes.add(path, Kind.FILE, stat.S_IFREG | stat.S_IMODE(mode),
                                    ctx.uid, ctx.gid)
             node.meta_known = True
             node.set_own_mode(mode)
             node.set_own_owner(ctx.uid, ctx.gid)
             node.mtime = node.validated_at = time.time()
-            of = OpenFile(node, body=self.new_blob(), is_new=True, dirty=True)
+            of = OpenFile(node, body=self.state.new_blob(), is_new=True, dirty=True)
             self.handles.shared[node.inode] = of
             self.listings.add(parent.path, text, node)
             self.inodes.hold(node)
@@ -89,7 +95,7 @@ class DataPath(Namespace):
     async def mknod(self, parent_inode: int, text: str, mode: int, rdev: int,
                     ctx: Caller) -> Node:
         if not stat.S_ISREG(mode):
-            return await self.make_special(parent_inode, text, mode, rdev, ctx)
+            return await self.namespace.make_special(parent_inode, text, mode, rdev, ctx)
         fi, node = await self.create(parent_inode, text, mode, os.O_WRONLY | os.O_EXCL, ctx)
         await self.release(fi.fh)
         return node
@@ -116,12 +122,12 @@ class DataPath(Namespace):
         # cached attributes makes a read past that size ask getattr. When they agree the
         # kernel keeps them: an agent's open + fstat + read costs no GETATTR round trips.
         if of.node.kernel_size != of.node.size:
-            self.kernel.forget_attrs(of.node.inode)
+            self.state.kernel.forget_attrs(of.node.inode)
         # The kernel's page cache is dropped at each open: what we serve is what we revalidated.
         return Opened(fh, direct_io=direct)
 
     async def open(self, inode: int, flags: int, ctx: Caller) -> Opened:
-        node = self._node(inode)
+        node = self.state.node(inode)
         if node.kind is Kind.DIR:
             raise fail(errno.EISDIR)
         return await self._open(node, flags, ctx)
@@ -129,17 +135,17 @@ class DataPath(Namespace):
     async def _open(self, node: Node, flags: int, ctx: Caller) -> Opened:
         writing = flags & os.O_ACCMODE != os.O_RDONLY
         if writing or flags & os.O_TRUNC:
-            self._writable(node.path)
+            self.state.writable(node.path)
         if flags & os.O_TRUNC and writing:
             # A rewrite gets a copy of its own: until its close uploads the new version, every
             # other reader on this mount keeps seeing the old one, never an empty file.
-            private = OpenFile(node, body=self.new_blob(), dirty=node.size > 0, private=True,
+            private = OpenFile(node, body=self.state.new_blob(), dirty=node.size > 0, private=True,
                                base_etag=node.etag, remote_size=node.size,
                                truncation_only=node.size > 0)
             return self._new_handle(private, ctx, writing=True)
         append = writing and bool(flags & os.O_APPEND)
         of = self.handles.shared.get(node.inode)
-        if of is None or not self.is_current(of) or (
+        if of is None or not self.state.is_current(of) or (
                 append and not (of.dirty or of.is_new)):
             # Handles already open keep their snapshot; this open starts from S3's version.
             # An append always does: `>>` must land after whatever S3 holds now.
@@ -168,7 +174,7 @@ class DataPath(Namespace):
             log.error("%s: %d bytes is more than S3's largest object (%d): refused with EFBIG",
                       of.node.path, size, MAX_OBJECT)
             raise fail(errno.EFBIG)
-        self.usage.check_file_size(size)
+        self.state.usage.check_file_size(size)
         held = of.body.size if of.body is not None else 0
         if size > held:
             disk = os.statvfs(self.content.staging)
@@ -204,7 +210,7 @@ class DataPath(Namespace):
         if body.etag is None and not body.frozen:
             return body
         if body.size <= INLINE:
-            of.body = self.staged(body.fork, self.content.staging)
+            of.body = self.state.staged(body.fork, self.content.staging)
             return of.body
         if locked:
             return await self._fork(of)
@@ -216,9 +222,9 @@ class DataPath(Namespace):
         assert body is not None
         if body.etag is not None or body.frozen:
             try:
-                of.body = await self.run_blocking(body.size, body.fork, self.content.staging)
+                of.body = await self.state.run_blocking(body.size, body.fork, self.content.staging)
             except OSError as exc:
-                raise self.disk_error(exc) from None
+                raise self.state.disk_error(exc) from None
         assert of.body is not None
         return of.body
 
@@ -227,7 +233,7 @@ class DataPath(Namespace):
         self._check_size(of, size)
         of.truncation_only = False
         if size == 0:
-            of.body = self.new_blob()
+            of.body = self.state.new_blob()
         else:
             if of.body is None:
                 await self.loader.load(of)
@@ -236,7 +242,7 @@ class DataPath(Namespace):
             if of.body.missing(0, keep):
                 await self.loader.fetch(of, 0, keep)
             body = await self._mutable(of, locked=True)
-            self.staged(body.truncate, size)  # sparse: no bytes are written
+            self.state.staged(body.truncate, size)  # sparse: no bytes are written
         of.dirty = True
         if not of.private:
             of.node.size = size
@@ -276,7 +282,7 @@ class DataPath(Namespace):
             # end of the file: that is the end of the bytes this handle holds. Then the kernel's
             # cached size is wrong, so drop it.
             off = body.size
-            self.kernel.forget_attrs(of.node.inode)
+            self.state.kernel.forget_attrs(of.node.inode)
         self._check_size(of, max(body.size, off + len(buf)))
         if body.missing(0, body.size):
             await self._fetch_rest(of)
@@ -291,8 +297,8 @@ class DataPath(Namespace):
             if node.own_mode is not None:
                 node.own_mode &= ~kill
             node.ctime = time.time()
-            self.kernel.forget_attrs(node.inode)
-        self.staged(body.write, off, buf)
+            self.state.kernel.forget_attrs(node.inode)
+        self.state.staged(body.write, off, buf)
         of.dirty = True
         if not of.private:  # a transaction's size shows when it commits
             of.node.size = body.size
@@ -306,13 +312,13 @@ class DataPath(Namespace):
             # written. While the opening process still holds the file, the upload waits (for
             # a write's close, fsync or release), so S3 never shows an empty file meanwhile.
             _tid, pid = self.handles.owner[fh]
-            if self.kernel.holds_file(pid, of.node.inode):
+            if self.state.kernel.holds_file(pid, of.node.inode):
                 return
         await self.uploader.flush(of, commit=False)
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         of = self.handles.files[fh]
-        await self.settled(of.node.path)  # a deferred rename of it is durable too
+        await self.state.settled(of.node.path)  # a deferred rename of it is durable too
         await self.uploader.flush(of, commit=True)
 
     async def release(self, fh: int) -> None:
@@ -337,8 +343,8 @@ class DataPath(Namespace):
                 del self.handles.shared[of.node.inode]
 
     async def setattr(self, inode: int, change: AttrChange, fh: int | None) -> Node:
-        node = self._node(inode)
-        self._writable(node.path)
+        node = self.state.node(inode)
+        self.state.writable(node.path)
         of = self.handles.files.get(fh) if fh is not None else self.handles.shared.get(inode)
         if change.size is not None:
             if node.kind is Kind.DIR:

@@ -91,7 +91,7 @@ class HandleTable:
     GUARDED BY: the trio thread.
     """
 
-    # The state a new open of an inode may join (see MemFSCore._current_state), by inode.
+    # The state a new open of an inode may join (see CoreState.is_current), by inode.
     shared: dict[int, OpenFile] = field(default_factory=dict)
     # Every open file handle's state, by file handle.
     files: dict[int, OpenFile] = field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""Names resolved against listings: the bottom layer of the core above its state.
+"""Names resolved against listings: the listing cache, a part of the core over its state.
 
 A directory's children come from one delimited LIST, cached on its node for ``--metadata-ttl``
 and kept in step with this mount's own changes (``_listing_change``), so a lookup in a listed

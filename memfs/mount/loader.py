@@ -90,7 +90,7 @@ class Loader:
             self.prefetch.after_open(of.node)
 
     async def _load_once(self, of: OpenFile, *, revalidate: bool = False,
-                    expect: str | None = None) -> None:
+                         expect: str | None = None) -> None:
         """Give ``of`` its bytes: the cached version if its ETag is current, else one GET
         (conditional when a version is cached); a big object gets an empty version that reads
         fill range by range (``_fetch``), after a HEAD when the TTL ran out.
@@ -122,7 +122,7 @@ class Loader:
             return
         try:
             data, info = await self.state.s3(self.store.get, node.path,
-                                        if_none_match=entry.etag if entry else None)
+                                             if_none_match=entry.etag if entry else None)
         except NotModified:
             assert entry is not None
             blob = await self._open_entry(entry)
@@ -215,7 +215,7 @@ class Loader:
                 stop = min(gap_end, pos + self.config.part_size)
                 try:
                     await self.state.s3(transfer.fetch_range, self.store, of.node.path,
-                                   _Filling(body), pos, stop, etag)
+                                        _Filling(body), pos, stop, etag)
                 except StoreError as exc:
                     if exc.errno == errno.ESTALE:
                         log.warning("%s changed in S3 while this mount was reading its version "

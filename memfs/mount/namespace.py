@@ -12,7 +12,6 @@ import errno
 import logging
 import stat
 import time
-from typing import Any
 
 import trio
 
@@ -44,25 +43,33 @@ SMALL_FILE = 256 * 1024
 READDIR_PAGE = 128
 
 
-class Namespace(CoreState):
-    """Names and attributes (see the module docstring), resolved against the listing cache."""
+class Namespace:
+    """Names and attributes (see the module docstring), resolved against the listing cache; a
+    part of the mount's core."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.listings = ListingCache(self)
-        self.hidden = HiddenKeys(self)
-        self.prefetch = Prefetcher(self)  # learns each readdir's order (dir_page)
+    def __init__(self, state: CoreState, listings: ListingCache, hidden: HiddenKeys,
+                 prefetch: Prefetcher) -> None:
+        self.state = state
+        self.listings = listings
+        self.hidden = hidden
+        self.prefetch = prefetch  # learns each readdir's order (dir_page)
+        # Made once with the mount, never replaced: held directly.
+        self.store = state.store
+        self.config = state.config
+        self.inodes = state.inodes
+        self.content = state.content
+        self.handles = state.handles
 
     async def _new_name(self, parent_inode: int, name: str, *,
                         directory: bool) -> tuple[Node, str]:
         """Parent and path for an entry mkdir/symlink is about to make: EEXIST if it exists,
         EROFS in a read-only subtree, ENAMETOOLONG past S3's key limit."""
-        parent = self._dir(parent_inode)
+        parent = self.state.directory(parent_inode)
         path = child_path(parent.path, name)
-        self._writable(path)
+        self.state.writable(path)
         if await self.listings.resolve(parent, name) is not None:
             raise fail(errno.EEXIST)
-        self.check_key(path, directory=directory)
+        self.state.check_key(path, directory=directory)
         return parent, path
 
     async def existing(self, parent: Node, name: str) -> Node:
@@ -81,21 +88,21 @@ class Namespace(CoreState):
         if (dnode.inode == ROOT_INODE or listing is None or listing.has_marker
                 or listing.names()):
             return
-        await self.s3(self.store.put, dnode.path, b"", self.metadata(dnode), directory=True,
-                       content_type=protocol.DIR_CONTENT_TYPE)
+        await self.state.s3(self.store.put, dnode.path, b"", self.state.metadata(dnode),
+                            directory=True, content_type=protocol.DIR_CONTENT_TYPE)
         listing.has_marker = True
 
     async def lookup(self, parent_inode: int, name: str) -> Node | None:
         """The node for ``name`` in the directory, counted as one more kernel lookup; None if
         there is no such name (the adapter answers that uncached: see there)."""
-        parent = self._dir(parent_inode)
+        parent = self.state.directory(parent_inode)
         if name == ".":
             node = parent
         elif name == "..":
             node = self.inodes.at(parent.parent_path()) or parent
         else:
             found = await self.listings.resolve(parent, name)
-            if found is not None and not found.meta_known and not self.is_local(found):
+            if found is not None and not found.meta_known and not self.state.is_local(found):
                 found = await self._read_metadata(found)
             if found is None:
                 return None
@@ -112,7 +119,7 @@ class Namespace(CoreState):
         and the bytes wait in the content cache for the open() that usually follows.
         Returns the node to use (a new one if the type changed), or None if it is gone.
         """
-        async with self.flights.hold(node.path):
+        async with self.state.flights.hold(node.path):
             if node.meta_known or node.detached:
                 # Another caller read it while this one waited: use what it found (a node of
                 # another type replaces this one at the path; a vanished entry leaves none).
@@ -121,11 +128,11 @@ class Namespace(CoreState):
             return await self._read_metadata_once(node)
 
     async def _read_metadata_once(self, node: Node) -> Node | None:
-        await self.settled(node.path)
+        await self.state.settled(node.path)
         path = node.path
         now = time.time()
         if node.kind is Kind.DIR:
-            info = await self.s3(self.store.head, path, directory=True)
+            info = await self.state.s3(self.store.head, path, directory=True)
             if info is not None and info.mode is not None:
                 node.mode = stat.S_IFDIR | stat.S_IMODE(info.mode)
                 node.uid = node.uid if info.uid is None else info.uid
@@ -139,9 +146,9 @@ class Namespace(CoreState):
             if cached is not None:
                 info, data = cached
             elif node.size <= SMALL_FILE:
-                data, info = await self.s3(self.store.get, path)
+                data, info = await self.state.s3(self.store.get, path)
             else:
-                info = await self.s3(self.store.head, path)
+                info = await self.state.s3(self.store.head, path)
         except StoreError as exc:
             if exc.errno != errno.ENOENT:
                 raise
@@ -167,7 +174,7 @@ class Namespace(CoreState):
     def _cached_info(self, node: Node) -> tuple[ObjectInfo, bytes | None] | None:
         """The metadata the content cache kept with the version a fresh listing names (after
         a restart: no request for what an earlier mount read), with a symlink's target."""
-        if node.etag is None or not self.fresh(node.validated_at):
+        if node.etag is None or not self.state.fresh(node.validated_at):
             return None
         entry = self.content.lookup(node.path, node.etag)
         if entry is None or entry.info is None or entry.info.etag != node.etag:
@@ -186,7 +193,7 @@ class Namespace(CoreState):
     async def getattr(self, inode: int) -> tuple[Node, bool]:
         """The node's attributes, confirmed within the TTL; the flag says whether the kernel
         may cache them (False when it must look the name up again)."""
-        node = self._node(inode)
+        node = self.state.node(inode)
         if node.detached and inode not in self.handles.shared:
             raise fail(errno.ENOENT)  # the name is gone and nothing holds the file open
         if node.kind is Kind.DIR:
@@ -194,17 +201,17 @@ class Namespace(CoreState):
                 await self._read_metadata(node)  # one HEAD of its marker, once per mount
             return node, True
         if node.detached or inode in self.handles.shared or (
-                self.fresh(node.validated_at) and node.meta_known):
+                self.state.fresh(node.validated_at) and node.meta_known):
             return node, True
-        async with self.flights.hold(node.path):
-            if not node.detached and self.fresh(node.validated_at) and node.meta_known:
+        async with self.state.flights.hold(node.path):
+            if not node.detached and self.state.fresh(node.validated_at) and node.meta_known:
                 return node, True  # revalidated by the caller this one waited for
             return await self._revalidate(node)
 
     async def _revalidate(self, node: Node) -> tuple[Node, bool]:
         """``getattr``'s HEAD of a file whose attributes are older than the TTL."""
-        await self.settled(node.path)
-        info = await self.s3(self.store.head, node.path)
+        await self.state.settled(node.path)
+        info = await self.state.s3(self.store.head, node.path)
         if info is None:
             self.inodes.detach(node.path)
             self.listings.remove(node.parent_path(), node.name())
@@ -224,22 +231,22 @@ class Namespace(CoreState):
         name = node.name()
         self.inodes.detach(node.path)
         if parent is not None:
-            self.kernel.forget_entry(parent.inode, name)
+            self.state.kernel.forget_entry(parent.inode, name)
 
     async def readlink(self, inode: int) -> bytes:
-        node = self._node(inode)
+        node = self.state.node(inode)
         if node.kind is not Kind.LINK:
             raise fail(errno.EINVAL)
         if node.symlink_target is None:
-            await self.settled(node.path)
-            data, info = await self.s3(self.store.get, node.path)
+            await self.state.settled(node.path)
+            data, info = await self.state.s3(self.store.get, node.path)
             node.apply_info(info, time.time())
             node.symlink_target = data
         return node.symlink_target
 
     async def opendir(self, inode: int) -> int:
         """A handle on the directory; its entries are read at the first `dir_entries`."""
-        self._dir(inode)
+        self.state.directory(inode)
         fh = self.handles.new_fh()
         self.handles.dirs[fh] = (inode, None)
         return fh
@@ -260,7 +267,7 @@ class Namespace(CoreState):
         read as far as the reader got (``ListingCache.readdir_listing``)."""
         inode, snap = self.handles.dirs[fh]
         if snap is None:
-            node = self._dir(inode)
+            node = self.state.directory(inode)
             parent = self.inodes.at(node.parent_path()) or node
             found = await self.listings.readdir_listing(node)
             if isinstance(found, DirCache):
@@ -339,9 +346,9 @@ class Namespace(CoreState):
         """Return once S3 has every deferred move into or out of the directory; a move that
         failed since the last fsync of it is reported here, once (``moves``)."""
         inode, _entries = self.handles.dirs[fh]
-        node = self._node(inode)
-        await self.moves.settled(dirs=[node.path])
-        failure = self.moves.take_failure(node.path)
+        node = self.state.node(inode)
+        await self.state.moves.settled(dirs=[node.path])
+        failure = self.state.moves.take_failure(node.path)
         if failure is not None:
             raise fail(failure.errno or errno.EIO)
 
@@ -358,7 +365,7 @@ class Namespace(CoreState):
         than show defaults as facts.
         """
         unknown = [i for i, (_, n) in enumerate(children)
-                   if not n.meta_known and not self.is_local(n)]
+                   if not n.meta_known and not self.state.is_local(n)]
         if not unknown:
             return children
         found: list[Node | None] = [n for _, n in children]
@@ -384,12 +391,13 @@ class Namespace(CoreState):
                 self.inodes.forget(node.inode, 0)
 
     async def mkdir(self, parent_inode: int, text: str, mode: int, ctx: Caller) -> Node:
-        async with self.ns_locks.claim(dirs=[self._dir(parent_inode).path]):
+        async with self.state.ns_locks.claim(dirs=[self.state.directory(parent_inode).path]):
             parent, path = await self._new_name(parent_inode, text, directory=True)
             now = time.time()
             dir_mode = stat.S_IFDIR | stat.S_IMODE(mode)
-            await self.s3(self.store.put, path, b"", self._meta(dir_mode, ctx.uid, ctx.gid, now),
-                           directory=True, content_type=protocol.DIR_CONTENT_TYPE)
+            meta = self.state.meta(dir_mode, ctx.uid, ctx.gid, now)
+            await self.state.s3(self.store.put, path, b"", meta, directory=True,
+                                content_type=protocol.DIR_CONTENT_TYPE)
             node = self.inodes.add(path, Kind.DIR, dir_mode, ctx.uid, ctx.gid)
             node.meta_known = True
             node.set_own_mode(dir_mode)
@@ -401,39 +409,39 @@ class Namespace(CoreState):
             return node
 
     async def rmdir(self, parent_inode: int, text: str) -> None:
-        parent = self._dir(parent_inode)
+        parent = self.state.directory(parent_inode)
         # The directory itself too: a create inside it must not slip in after the emptiness
         # check.
-        async with self.ns_locks.claim(dirs=[parent.path, child_path(parent.path, text)]):
-            self._writable(child_path(parent.path, text))
+        async with self.state.ns_locks.claim(dirs=[parent.path, child_path(parent.path, text)]):
+            self.state.writable(child_path(parent.path, text))
             node = await self.existing(parent, text)
             if node.kind is not Kind.DIR:
                 raise fail(errno.ENOTDIR)
             # A file moved out of it may still be in S3 under it (moves), and the move may
             # write its marker (keeping it when it empties): the move ends first.
-            await self.moves.settled(dirs=[node.path])
+            await self.state.moves.settled(dirs=[node.path])
             listing = await self.listings.listing(node)
             if not listing.names() == []:
                 raise fail(errno.ENOTEMPTY)
             if listing.unshown:
                 await self.hidden.remove_unshown(node)
-            await self.s3(self.store.delete, node.path, directory=True)
+            await self.state.s3(self.store.delete, node.path, directory=True)
             await self.hidden.remove_shadowed(parent, text)
             self.inodes.detach(node.path)
             self.listings.remove(parent.path, text)
 
     async def unlink(self, parent_inode: int, text: str) -> None:
-        parent = self._dir(parent_inode)
-        async with self.ns_locks.claim(dirs=[parent.path]):
-            self._writable(child_path(parent.path, text))
+        parent = self.state.directory(parent_inode)
+        async with self.state.ns_locks.claim(dirs=[parent.path]):
+            self.state.writable(child_path(parent.path, text))
             node = await self.existing(parent, text)
             if node.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
             of = self.handles.shared.get(node.inode)
             if of is None or not of.is_new:  # a file never uploaded has nothing in S3
-                await self.settled(node.path)
-                await self.s3(self.store.delete, node.path)
-                self.usage.removed(of.remote_size if of else node.size)
+                await self.state.settled(node.path)
+                await self.state.s3(self.store.delete, node.path)
+                self.state.usage.removed(of.remote_size if of else node.size)
             self.inodes.detach(node.path)
             self.listings.remove(parent.path, text)
             self.content.discard(node.path)
@@ -453,15 +461,15 @@ class Namespace(CoreState):
     async def _make_object(self, parent_inode: int, text: str, mode: int, body: bytes,
                            ctx: Caller, *, rdev: int = 0) -> Node:
         """A new symlink or special file: one PUT, If-None-Match: *."""
-        async with self.ns_locks.claim(dirs=[self._dir(parent_inode).path]):
+        async with self.state.ns_locks.claim(dirs=[self.state.directory(parent_inode).path]):
             parent, path = await self._new_name(parent_inode, text, directory=False)
-            self._check_file_count()
-            await self.settled(path)  # a file moved away from this name has left S3
+            self.state.check_file_count()
+            await self.state.settled(path)  # a file moved away from this name has left S3
             now = time.time()
-            info = await self.s3(self.store.put, path, body,
-                                  self._meta(mode, ctx.uid, ctx.gid, now, rdev=rdev),
-                                  if_none_match=True)
-            self.usage.added(len(body), new_file=True)
+            info = await self.state.s3(self.store.put, path, body,
+                                       self.state.meta(mode, ctx.uid, ctx.gid, now, rdev=rdev),
+                                       if_none_match=True)
+            self.state.usage.added(len(body), new_file=True)
             kind = kind_of_mode(mode)
             node = self.inodes.add(path, kind, mode, ctx.uid, ctx.gid)
             node.apply_info(info, now)

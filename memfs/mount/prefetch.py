@@ -3,7 +3,7 @@
 A directory's first ``readdir`` on a mount already GETs every small file whose metadata it has
 not read (``Namespace._with_metadata``, up to ``SMALL_FILE``): a ``grep -r`` that follows finds
 their bytes in the content cache. Files above that size, and files whose bytes the cache no
-longer holds, are still fetched one at a time as the kernel opens them. This layer fetches them
+longer holds, are still fetched one at a time as the kernel opens them. This part fetches them
 ahead:
 
 * each ``readdir`` snapshot records the directory's files in the order the kernel was given

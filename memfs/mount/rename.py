@@ -1,11 +1,12 @@
 """Rename: COPY to the new key, then DELETE the old one (S3 has no rename).
 
-The layer above open files (a rename of a file with unsaved writes uploads them first, so the copy
-moves what the writer has). A directory's rename copies every object under it concurrently, then
-deletes the originals in batches: not atomic, never losing an object. A failed DELETE after a
-successful COPY leaves S3 holding both names; then the mount shows the copy too (``_show_copy``),
-because hiding it would make a view call it missing, or serve a replaced file's old bytes, for a
-TTL. ``RENAME_NOREPLACE`` is checked against this mount's view; ``RENAME_EXCHANGE`` is EINVAL.
+A part of the core over the namespace and the uploader (a rename of a file with unsaved writes
+uploads them first, so the copy moves what the writer has). A directory's rename copies every object
+under it concurrently, then deletes the originals in batches: not atomic, never losing an object. A
+failed DELETE after a successful COPY leaves S3 holding both names; then the mount shows the copy
+too (``_show_copy``), because hiding it would make a view call it missing, or serve a replaced
+file's old bytes, for a TTL. ``RENAME_NOREPLACE`` is checked against this mount's view;
+``RENAME_EXCHANGE`` is EINVAL.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class Renames:
                      flags: int) -> None:
         if flags & RENAME_EXCHANGE:
             raise fail(errno.EINVAL)
-        src_parent, dst_parent = self.state._dir(old_parent), self.state._dir(new_parent)
+        src_parent, dst_parent = self.state.directory(old_parent), self.state.directory(new_parent)
         src_path = child_path(src_parent.path, src_name)
         dst_path = child_path(dst_parent.path, dst_name)
         # Claimed: both parents; for a directory also its whole subtree (every path in it
@@ -62,8 +63,8 @@ class Renames:
         while True:
             trees = [src_path, dst_path] if moving_dir else []
             async with self.state.ns_locks.claim(dirs=[src_parent.path, dst_parent.path],
-                                           trees=trees):
-                self.state._writable(src_path, dst_path)
+                                                 trees=trees):
+                self.state.writable(src_path, dst_path)
                 # A name still moving in S3 (``moves``) is moved again once S3 has it.
                 await self.moves.settled(paths=[src_path, dst_path], trees=trees)
                 src = self._kernel_known_file(src_path) or await self.namespace.existing(
@@ -301,7 +302,7 @@ class Renames:
             if hidden is not None:
                 nursery.start_soon(copy_hidden, hidden)
         await self.state.s3(self.store.delete_keys,
-                       [f"{src.path}/{rel}" for rel, _ in keys] + moved_hidden)
+                            [f"{src.path}/{rel}" for rel, _ in keys] + moved_hidden)
         if moved_hidden:
             self.content.discard(src.path)
             log.warning("rename %s -> %s: also moved the object %s%s it hid (a file and a "

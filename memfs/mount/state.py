@@ -1,9 +1,9 @@
-"""The core's shared state and the helpers every concern of the core uses.
+"""The core's shared state and the helpers every part of the core uses.
 
-``CoreState`` is the bottom layer of the mount's core (``memfs.mount.core`` says how the layers
-stack): the store, the config, the inode table, the handle table, the content cache, the quota
-and the locks, plus errors (``fail``), the caller (``Caller``) and what the core tells the kernel
-(``Kernel``). Nothing here knows FUSE.
+``CoreState`` is what every part of the mount's core is given (``memfs.mount.core`` says which
+parts there are): the store, the config, the inode table, the handle table, the content cache,
+the quota and the locks, plus errors (``fail``), the caller (``Caller``) and what the core tells
+the kernel (``Kernel``). Nothing here knows FUSE.
 """
 
 from __future__ import annotations
@@ -249,21 +249,21 @@ class CoreState:
     def fresh(self, t: float) -> bool:
         return time.time() - t <= self.ttl
 
-    def _node(self, inode: int) -> Node:
+    def node(self, inode: int) -> Node:
         node = self.inodes.get(inode)
         if node is None:
             raise fail(errno.ENOENT)
         return node
 
-    def _dir(self, inode: int) -> Node:
-        node = self._node(inode)
+    def directory(self, inode: int) -> Node:
+        node = self.node(inode)
         if node.kind is not Kind.DIR:
             raise fail(errno.ENOTDIR)
         if node.detached:
             raise fail(errno.ENOENT)
         return node
 
-    def _writable(self, *paths: str) -> None:
+    def writable(self, *paths: str) -> None:
         """EROFS for a read-only mount, or for a path in (or being) a read-only subtree."""
         if self.config.read_only or any(self.config.is_read_only(p) for p in paths):
             raise fail(errno.EROFS)
@@ -273,7 +273,7 @@ class CoreState:
         if len(key.encode()) > KEY_MAX:
             raise fail(errno.ENAMETOOLONG)
 
-    def _check_file_count(self) -> None:
+    def check_file_count(self) -> None:
         pending = sum(1 for of in self.handles.states() if of.is_new)
         self.usage.check_add(0, new_files=pending + 1)
 
@@ -296,7 +296,7 @@ class CoreState:
         node = of.node
         return (of.body is None or of.base_etag == node.etag) and self.fresh(node.validated_at)
 
-    def _meta(self, mode: int, uid: int, gid: int, mtime: float, agent: str | None = None,
+    def meta(self, mode: int, uid: int, gid: int, mtime: float, agent: str | None = None,
               **times: Any) -> dict[str, str]:
         """s3fs-compatible attributes plus who wrote this version (see `memfs history`)."""
         meta = metadata_for(mode, uid, gid, mtime, **times)
@@ -306,7 +306,7 @@ class CoreState:
         return meta
 
     def metadata(self, node: Node, agent: str | None = None) -> dict[str, str]:
-        return self._meta(node.mode, node.uid, node.gid, node.mtime, agent,
+        return self.meta(node.mode, node.uid, node.gid, node.mtime, agent,
                           atime=node.atime or None, ctime=node.ctime or None, rdev=node.rdev)
 
     def keep(self, path: str, blob: Blob, info: ObjectInfo | None) -> Entry | None:

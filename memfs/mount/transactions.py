@@ -1,12 +1,12 @@
 """memfs's extended attributes, and descriptors turned into private transactions.
 
-The layer above open files. The root serves ``user.memfs.source`` and ``user.memfs.usage``; an open
-file accepts ``user.memfs.agent`` (who writes, recorded with the upload) and ``user.memfs.atomic``
-(``_make_private``: from then on the descriptor reads the version it started from, its writes are
-seen by no one else, fsync uploads them in one PUT conditional on that version, and a close
-without fsync discards them). ``fsetxattr`` reaches the mount without a file handle, so the
-caller's handle is found by thread, then by process (``_handle_of``). Nothing else is stored:
-other names are ENOTSUP (set) or ENODATA (get).
+A part of the core beside the data path. The root serves ``user.memfs.source`` and
+``user.memfs.usage``; an open file accepts ``user.memfs.agent`` (who writes, recorded with the
+upload) and ``user.memfs.atomic`` (``_make_private``: from then on the descriptor reads the version
+it started from, its writes are seen by no one else, fsync uploads them in one PUT conditional on
+that version, and a close without fsync discards them). ``fsetxattr`` reaches the mount without a
+file handle, so the caller's handle is found by thread, then by process (``_handle_of``). Nothing
+else is stored: other names are ENOTSUP (set) or ENODATA (get).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class Transactions:
     async def setxattr(self, inode: int, name: str, value: bytes, pid: int) -> None:
         """Only memfs's own, on a file the calling process has open: ``user.memfs.agent`` (who
         is writing, recorded with the upload) and ``user.memfs.atomic`` (XATTR_ATOMIC)."""
-        if name == protocol.XATTR_EDIT_REFUSED and self.state._node(inode).kind is Kind.DIR:
+        if name == protocol.XATTR_EDIT_REFUSED and self.state.node(inode).kind is Kind.DIR:
             self.counters["edits_refused"] += 1
             return
         if name not in (XATTR_AGENT, XATTR_ATOMIC):

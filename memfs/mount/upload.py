@@ -228,5 +228,5 @@ class Uploader:
                                 directory=True, content_type=protocol.DIR_CONTENT_TYPE)
         else:
             node.etag = await self.state.s3(self.store.copy, node.path, node.path,
-                                       metadata=self.state.metadata(node), src_etag=node.etag)
+                                            metadata=self.state.metadata(node), src_etag=node.etag)
         node.validated_at = time.time()
