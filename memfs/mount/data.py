@@ -27,7 +27,7 @@ from memfs.mount.loader import Loader
 from memfs.mount.namespace import Namespace
 from memfs.mount.nodes import ROOT_INODE, Kind, Node, child_path
 from memfs.mount.readahead import ReadAhead
-from memfs.mount.state import AttrChange, Caller, CoreState, Opened, fail, thread_group
+from memfs.mount.state import AttrChange, Caller, CoreState, Opened, Part, fail, thread_group
 from memfs.mount.upload import Uploader
 
 log = logging.getLogger(__name__)
@@ -40,24 +40,18 @@ MAX_OBJECT = 5 * 1024**4
 SQLITE_SHM = "-shm"
 
 
-class DataPath:
+class DataPath(Part):
     """Open files (see the module docstring), over the parts that move their bytes; a part of
     the mount's core."""
 
     def __init__(self, state: CoreState, namespace: Namespace, loader: Loader,
                  readahead: ReadAhead, uploader: Uploader) -> None:
-        self.state = state
+        super().__init__(state)
         self.namespace = namespace
         self.listings = namespace.listings
         self.loader = loader
         self.readahead = readahead
         self.uploader = uploader
-        # Made once with the mount, never replaced: held directly.
-        self.store = state.store
-        self.config = state.config
-        self.inodes = state.inodes
-        self.content = state.content
-        self.handles = state.handles
 
     async def create(self, parent_inode: int, text: str, mode: int, flags: int,
                      ctx: Caller) -> tuple[Opened, Node]:

@@ -14,19 +14,19 @@ from __future__ import annotations
 import logging
 
 from memfs.mount.nodes import Node, child_path
-from memfs.mount.state import CoreState
+from memfs.mount.state import CoreState, Part
 from memfs.s3.keynames import unshown_key
 from memfs.s3.objectmeta import ObjectInfo
 
 log = logging.getLogger(__name__)
 
 
-class HiddenKeys:
+class HiddenKeys(Part):
     """What ``rmdir`` and a directory's ``rename`` do with the keys above (a part of the
     mount's core; it holds no state of its own)."""
 
     def __init__(self, state: CoreState) -> None:
-        self.state = state
+        super().__init__(state)
 
     async def remove_shadowed(self, parent: Node, name: str) -> None:
         """S3 also held a file of the directory's name, hidden by it (a directory wins): it

@@ -35,7 +35,7 @@ import time
 
 from memfs.mount.dirstream import DirStream, settled, settles_absence
 from memfs.mount.nodes import ROOT_INODE, DirCache, Kind, Node, child_path, kind_of_mode, type_bits
-from memfs.mount.state import CoreState
+from memfs.mount.state import CoreState, Part
 from memfs.s3.keynames import name_just_below
 from memfs.s3.objectmeta import ObjectInfo
 from memfs.s3.store import LIST_PAGE, Listing
@@ -53,7 +53,7 @@ ACTIVE_TTLS = 10
 _UNSETTLED = object()
 
 
-class ListingCache:
+class ListingCache(Part):
     """Directory listings and the names resolved against them (see the module docstring): a
     part of the mount's core, with the state it shares (``CoreState``) given.
 
@@ -63,11 +63,7 @@ class ListingCache:
     """
 
     def __init__(self, state: CoreState) -> None:
-        self.state = state
-        # Made once with the mount, never replaced: held directly.
-        self.store = state.store
-        self.config = state.config
-        self.inodes = state.inodes
+        super().__init__(state)
 
     async def listing(self, dnode: Node) -> DirCache:
         """The directory's children: cached if fresh, else re-listed — as part of a tree shared

@@ -23,7 +23,7 @@ from memfs.mount.handles import OpenFile
 from memfs.mount.listings import BIG_DIR, ListingCache
 from memfs.mount.nodes import Node
 from memfs.mount.prefetch import Prefetcher
-from memfs.mount.state import CoreState, fail
+from memfs.mount.state import CoreState, Part, fail
 from memfs.s3 import transfer
 from memfs.s3.errors import NotModified, StoreError
 from memfs.s3.objectmeta import ObjectInfo
@@ -67,16 +67,12 @@ class _Filling:
             self.body.present.add(offset, offset + len(data))
 
 
-class Loader:
+class Loader(Part):
     """Loads and ranged fetches of open files (see the module docstring); a part of the mount's
     core, holding no state of its own beyond what it is given."""
 
     def __init__(self, state: CoreState, listings: ListingCache, prefetch: Prefetcher) -> None:
-        self.state = state
-        # Made once with the mount, never replaced: held directly.
-        self.store = state.store
-        self.config = state.config
-        self.content = state.content
+        super().__init__(state)
         self.listings = listings
         self.prefetch = prefetch
 

@@ -30,7 +30,7 @@ from memfs.mount.nodes import (
     type_bits,
 )
 from memfs.mount.prefetch import Prefetcher
-from memfs.mount.state import Caller, CoreState, fail
+from memfs.mount.state import Caller, CoreState, Part, fail
 from memfs.s3.errors import StoreError
 from memfs.s3.objectmeta import ObjectInfo
 
@@ -43,22 +43,16 @@ SMALL_FILE = 256 * 1024
 READDIR_PAGE = 128
 
 
-class Namespace:
+class Namespace(Part):
     """Names and attributes (see the module docstring), resolved against the listing cache; a
     part of the mount's core."""
 
     def __init__(self, state: CoreState, listings: ListingCache, hidden: HiddenKeys,
                  prefetch: Prefetcher) -> None:
-        self.state = state
+        super().__init__(state)
         self.listings = listings
         self.hidden = hidden
         self.prefetch = prefetch  # learns each readdir's order (dir_page)
-        # Made once with the mount, never replaced: held directly.
-        self.store = state.store
-        self.config = state.config
-        self.inodes = state.inodes
-        self.content = state.content
-        self.handles = state.handles
 
     async def _new_name(self, parent_inode: int, name: str, *,
                         directory: bool) -> tuple[Node, str]:

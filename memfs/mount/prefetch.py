@@ -32,7 +32,7 @@ import trio
 
 from memfs.mount.blobs import Blob
 from memfs.mount.nodes import DirSnapshot, Kind, Node, child_path
-from memfs.mount.state import CoreState
+from memfs.mount.state import CoreState, Part
 from memfs.s3.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class DirRun:
         self.index = {name: i for i, name in enumerate(self.names)}
 
 
-class Prefetcher:
+class Prefetcher(Part):
     """Files of a directory fetched ahead of a reader (see the module docstring); a part of the
     mount's core.
 
@@ -74,10 +74,7 @@ class Prefetcher:
     """
 
     def __init__(self, state: CoreState) -> None:
-        self.state = state
-        # Made once with the mount, never replaced: held directly.
-        self.store = state.store
-        self.content = state.content
+        super().__init__(state)
         # Readdir orders by directory path, prefetches in flight by path, the versions already
         # fetched ahead, and the most prefetches ever in flight at once.
         self._runs: OrderedDict[str, DirRun] = OrderedDict()

@@ -35,7 +35,7 @@ import trio
 from memfs.mount.blobs import Blob
 from memfs.mount.handles import OpenFile
 from memfs.mount.loader import Loader
-from memfs.mount.state import CoreState
+from memfs.mount.state import CoreState, Part
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ READ_AHEAD = 1024 * 1024
 SLACK = 1024 * 1024
 
 
-class ReadAhead:
+class ReadAhead(Part):
     """Reads of big files: the foreground fetch and the window (see the module docstring); a
     part of the mount's core.
 
@@ -57,10 +57,7 @@ class ReadAhead:
     """
 
     def __init__(self, state: CoreState, loader: Loader) -> None:
-        self.state = state
-        # Made once with the mount, never replaced: held directly.
-        self.config = state.config
-        self.content = state.content
+        super().__init__(state)
         self.loader = loader
         # Background spans in flight in the whole mount, and the most ever at once.
         self._ahead_running = 0

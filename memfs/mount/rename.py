@@ -21,7 +21,7 @@ import trio
 from memfs.mount.moves import Move
 from memfs.mount.namespace import Namespace
 from memfs.mount.nodes import Kind, Node, child_path, kind_of_mode
-from memfs.mount.state import CoreState, fail
+from memfs.mount.state import CoreState, Part, fail
 from memfs.mount.upload import Uploader
 from memfs.s3.errors import StoreError
 from memfs.s3.objectmeta import ObjectInfo
@@ -32,21 +32,15 @@ RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 
 
-class Renames:
+class Renames(Part):
     """Rename of files and directories (see the module docstring); a part of the mount's core,
     over the namespace it changes and the uploader that saves a file's writes before its move."""
 
     def __init__(self, state: CoreState, namespace: Namespace, uploader: Uploader) -> None:
-        self.state = state
+        super().__init__(state)
         self.namespace = namespace
         self.uploader = uploader
-        # Made once with the mount, never replaced: held directly.
-        self.store = state.store
-        self.inodes = state.inodes
-        self.content = state.content
-        self.handles = state.handles
         self.moves = state.moves
-        self.config = state.config
 
     async def rename(self, old_parent: int, src_name: str, new_parent: int, dst_name: str,
                      flags: int) -> None:

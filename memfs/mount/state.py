@@ -325,3 +325,18 @@ class CoreState:
             self.content.persist(entry)
         else:
             self.background(self.content.persist, entry)
+
+
+class Part:
+    """What every part of the core starts from (``memfs.mount.core`` lists the parts): the
+    mount's state, and the pieces of it that are made once with the mount and never replaced,
+    held directly (the kernel and the nursery are replaced: parts reach them through ``state``).
+    """
+
+    def __init__(self, state: CoreState) -> None:
+        self.state = state
+        self.store = state.store
+        self.config = state.config
+        self.inodes = state.inodes
+        self.content = state.content
+        self.handles = state.handles

@@ -20,7 +20,7 @@ from memfs import protocol
 from memfs.mount.handles import OpenFile
 from memfs.mount.nodes import ROOT_INODE, Kind
 from memfs.mount.quota import Usage
-from memfs.mount.state import CoreState, fail, thread_group
+from memfs.mount.state import CoreState, Part, fail, thread_group
 
 XATTR_SOURCE = protocol.XATTR_SOURCE
 XATTR_USAGE = protocol.XATTR_USAGE
@@ -29,17 +29,12 @@ XATTR_ATOMIC = protocol.XATTR_ATOMIC
 XATTR_STATS = protocol.XATTR_STATS
 
 
-class Transactions:
+class Transactions(Part):
     """Extended attributes and private transactions (see the module docstring); a part of the
     mount's core."""
 
     def __init__(self, state: CoreState) -> None:
-        self.state = state
-        # Made once with the mount, never replaced: held directly.
-        self.store = state.store
-        self.config = state.config
-        self.content = state.content
-        self.handles = state.handles
+        super().__init__(state)
         self.usage = state.usage
         self.counters = state.counters
 

@@ -23,7 +23,7 @@ from memfs.mount.handles import OpenFile
 from memfs.mount.listings import ListingCache
 from memfs.mount.loader import Loader
 from memfs.mount.nodes import Kind, Node
-from memfs.mount.state import CoreState
+from memfs.mount.state import CoreState, Part
 from memfs.s3 import transfer
 from memfs.s3.errors import StoreError
 from memfs.s3.objectmeta import ObjectInfo, info_from_metadata
@@ -38,16 +38,12 @@ PART_WORKERS = 10
 PART_MEMORY = 80 * 1024**2
 
 
-class Uploader:
+class Uploader(Part):
     """Uploads, lost races and metadata writes (see the module docstring); a part of the
     mount's core."""
 
     def __init__(self, state: CoreState, listings: ListingCache, loader: Loader) -> None:
-        self.state = state
-        # Made once with the mount, never replaced: held directly.
-        self.store = state.store
-        self.config = state.config
-        self.content = state.content
+        super().__init__(state)
         self.listings = listings
         self.loader = loader
 

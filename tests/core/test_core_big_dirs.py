@@ -227,20 +227,31 @@ def test_a_lookup_in_a_planted_directory_never_listed_reads_one_page() -> None:
     trio.run(main)
 
 
+def wide_with_hidden_sub() -> tuple[MemoryStore, MemFSCore]:
+    """`big/sub` both an object and a prefix, in a directory of 1,500 entries."""
+    store = big_store(1500)
+    store.put("big/sub", b"hidden", {})
+    return store, MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+
+async def lookup_wide_sub(core: MemFSCore):
+    """`big` (never listed whole: its names are probed) and `sub` in it, a directory."""
+    big = await core.lookup(ROOT_INODE, "big")
+    assert big is not None
+    sub = await core.lookup(big.inode, "sub")
+    assert sub is not None and sub.kind is Kind.DIR and big.listing is None and big.wide
+    return big, sub
+
+
 def test_rmdir_in_a_wide_directory_removes_the_file_its_name_hid() -> None:
     """`sub` is both an object and a prefix in a directory of 1,500 entries this mount never
     listed whole (its names are probed): removing the directory removes the hidden file too, so
     the name does not come back as a file (SEMANTICS.md, "A file and a directory of the same
     name")."""
-    store = big_store(1500)
-    store.put("big/sub", b"hidden", {})
-    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+    store, core = wide_with_hidden_sub()
 
     async def main() -> None:
-        big = await core.lookup(ROOT_INODE, "big")
-        assert big is not None
-        sub = await core.lookup(big.inode, "sub")
-        assert sub is not None and sub.kind is Kind.DIR and big.listing is None and big.wide
+        big, sub = await lookup_wide_sub(core)
         await core.unlink(sub.inode, "deep")
         await core.rmdir(big.inode, "sub")
         assert "big/sub" not in store.objects and not any(
@@ -255,17 +266,12 @@ def test_rename_in_a_wide_directory_moves_the_file_its_name_hid() -> None:
     """The same pair renamed (second hostile review, class 5): the hidden object moves with its
     directory, hidden at the new name, so the old name does not come back as a file; an empty
     directory replaced by the rename goes with the file it hid, as rmdir's would."""
-    store = big_store(1500)
-    store.put("big/sub", b"hidden", {})
+    store, core = wide_with_hidden_sub()
     store.put("big/empty/", b"", {})
     store.put("big/empty", b"hidden by empty", {})
-    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
 
     async def main() -> None:
-        big = await core.lookup(ROOT_INODE, "big")
-        assert big is not None
-        sub = await core.lookup(big.inode, "sub")
-        assert sub is not None and sub.kind is Kind.DIR and big.listing is None and big.wide
+        big, _sub = await lookup_wide_sub(core)
         await core.rename(big.inode, "sub", big.inode, "moved", 0)
         assert store.objects["big/moved"][0] == b"hidden"
         assert store.objects["big/moved/deep"][0] == b"y"

@@ -55,7 +55,7 @@ def test_the_loader_gets_once_then_serves_its_cache() -> None:
 
 def test_the_uploader_puts_conditionally_and_keeps_a_lost_race() -> None:
     store = MemoryStore()
-    state, listings, loader, uploader = parts(store)
+    state, listings, _loader, uploader = parts(store)
 
     async def main() -> None:
         node = state.inodes.add("new.md", Kind.FILE, 0o100600, 0, 0)
