@@ -238,7 +238,7 @@ class DirSnapshot:
     stream: DirStream | None = None
     # Held while a page is fetched: two readdirs of one handle must not fetch the same page.
     lock: trio.Lock = field(default_factory=trio.Lock)
-    # How many of ``names`` the prefetch has recorded the order of (Prefetch.dir_page).
+    # How many of ``names`` the prefetch has recorded the order of (Prefetcher.remember).
     ordered: int = 0
 
 
