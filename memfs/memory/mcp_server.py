@@ -206,7 +206,8 @@ def http_app(server: Server, host: str | None, token: str | None = None) -> Any:
 
 def _http_token(args: argparse.Namespace) -> str | None:
     """The token HTTP requests must carry (None: the socket's permissions, or --no-auth on
-    loopback, decide); shown on stderr once, when it is made. Raises `AuthSetupError`."""
+    loopback, decide); shown on stderr once, when it is made, if stderr is a terminal (never
+    into a log). Raises `AuthSetupError`."""
     if args.no_auth:
         if args.socket is None and not _is_loopback(args.host):
             raise AuthSetupError(f"refusing --no-auth on {args.host}: anyone who can reach it "
@@ -217,10 +218,14 @@ def _http_token(args: argparse.Namespace) -> str | None:
         return None
     path = args.token_file or default_token_file()
     token, created = load_or_create_token(path)
-    if created:
+    if created and sys.stderr.isatty():
         print(f"{PROG}: made a bearer token in {path} (0600; shown this once): {token}\n"
               f"{PROG}: MCP clients send it as the header 'Authorization: Bearer <token>'",
               file=sys.stderr)
+    elif created:  # stderr may be a log others read (the journal, under systemd): not there
+        print(f"{PROG}: made a bearer token in {path} (0600; read it there: it is shown only "
+              f"on a terminal)\n{PROG}: MCP clients send it as the header 'Authorization: "
+              "Bearer <token>'", file=sys.stderr)
     else:
         print(f"{PROG}: requests must carry the bearer token in {path}", file=sys.stderr)
     return token

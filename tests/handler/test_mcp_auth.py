@@ -90,7 +90,9 @@ def test_tcp_needs_the_token_and_another_user_gets_nothing(memories: Path) -> No
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=30)
-    assert f"made a bearer token in {token_file} (0600; shown this once): {token}" in err
+    # Made and named, but not printed: stderr is a pipe here, as the journal is under systemd.
+    assert f"made a bearer token in {token_file} (0600; read it there" in err
+    assert token not in err
     # Shown once: the next start reads it and does not print it.
     proc = start("--root", str(memories / "root"), "--port", str(port),
                  "--token-file", str(token_file))
@@ -132,3 +134,25 @@ def test_no_auth_is_refused_off_loopback_and_a_shared_token_file_is_refused(
                           "--port", str(free_port()), "--token-file", str(shared)],
                          env=server_env(), capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and f"refusing the token file {shared}" in out.stderr
+
+
+def test_the_token_is_shown_once_on_a_terminal(tmp_path: Path, monkeypatch) -> None:
+    """On a terminal (a person starting the server by hand) the new token is shown, once."""
+    import argparse
+    import io
+
+    from memfs.memory import mcp_server
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    shown = Terminal()
+    monkeypatch.setattr(mcp_server.sys, "stderr", shown)
+    args = argparse.Namespace(no_auth=False, socket=None, host="127.0.0.1",
+                              token_file=tmp_path / "conf" / "mcp-token")
+    token = mcp_server._http_token(args)
+    assert token is not None and f"(0600; shown this once): {token}" in shown.getvalue()
+    again = Terminal()
+    monkeypatch.setattr(mcp_server.sys, "stderr", again)
+    assert mcp_server._http_token(args) == token and token not in again.getvalue()
