@@ -136,3 +136,22 @@ def test_the_s3_package_stands_on_nothing_above_it(module: str) -> None:
     names = imports(module, top_level_only=False)
     assert not under(names, "memfs.mount", "memfs.memory", "memfs.ops", "memfs.cli",
                      "memfs.demo", "memfs.handler")
+
+
+def test_the_core_has_no_mixin_chain() -> None:
+    """Issue #32: the core is one state and parts it holds. Only ``MemFSCore`` is a
+    ``CoreState``; the parts start from ``Part`` and none is built on another part (a part that
+    needs another is given it)."""
+    bases: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        if not module.startswith("memfs.mount."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = [b.id for b in node.bases if isinstance(b, ast.Name)]
+    states = sorted(name for name, of in bases.items() if "CoreState" in of)
+    assert states == ["MemFSCore"], states
+    parts = {name for name, of in bases.items() if of == ["Part"]}
+    assert {"ListingCache", "Namespace", "DataPath", "Loader", "Uploader", "Renames"} <= parts
+    built_on_parts = {name: of for name, of in bases.items() if set(of) & parts}
+    assert built_on_parts == {}, built_on_parts
