@@ -55,8 +55,9 @@ class MemFSCore(CoreState):
         self.loader = Loader(self, self.listings, self.prefetch)
         self.readahead = ReadAhead(self, self.loader)
         self.uploader = Uploader(self, self.listings, self.loader)
-        self.data = DataPath(self, self.namespace, self.loader, self.readahead, self.uploader)
-        self.renames = Renames(self, self.namespace, self.uploader)
+        self.data = DataPath(self, self.namespace, self.listings, self.loader, self.readahead,
+                             self.uploader)
+        self.renames = Renames(self, self.namespace, self.listings, self.hidden, self.uploader)
         self.xattrs = Transactions(self)
         # The operations (memfs.mount.fs calls them; so do the core's tests).
         ns, data, xattrs = self.namespace, self.data, self.xattrs

@@ -23,6 +23,7 @@ import time
 
 from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.handles import OpenFile
+from memfs.mount.listings import ListingCache
 from memfs.mount.loader import Loader
 from memfs.mount.namespace import Namespace
 from memfs.mount.nodes import ROOT_INODE, Kind, Node, child_path
@@ -44,11 +45,11 @@ class DataPath(Part):
     """Open files (see the module docstring), over the parts that move their bytes; a part of
     the mount's core."""
 
-    def __init__(self, state: CoreState, namespace: Namespace, loader: Loader,
-                 readahead: ReadAhead, uploader: Uploader) -> None:
+    def __init__(self, state: CoreState, namespace: Namespace, listings: ListingCache,
+                 loader: Loader, readahead: ReadAhead, uploader: Uploader) -> None:
         super().__init__(state)
         self.namespace = namespace
-        self.listings = namespace.listings
+        self.listings = listings
         self.loader = loader
         self.readahead = readahead
         self.uploader = uploader

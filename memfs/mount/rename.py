@@ -18,6 +18,8 @@ import time
 
 import trio
 
+from memfs.mount.hiddenkeys import HiddenKeys
+from memfs.mount.listings import ListingCache
 from memfs.mount.moves import Move
 from memfs.mount.namespace import Namespace
 from memfs.mount.nodes import Kind, Node, child_path, kind_of_mode
@@ -36,9 +38,12 @@ class Renames(Part):
     """Rename of files and directories (see the module docstring); a part of the mount's core,
     over the namespace it changes and the uploader that saves a file's writes before its move."""
 
-    def __init__(self, state: CoreState, namespace: Namespace, uploader: Uploader) -> None:
+    def __init__(self, state: CoreState, namespace: Namespace, listings: ListingCache,
+                 hidden: HiddenKeys, uploader: Uploader) -> None:
         super().__init__(state)
         self.namespace = namespace
+        self.listings = listings
+        self.hidden = hidden
         self.uploader = uploader
         self.moves = state.moves
 
@@ -83,7 +88,7 @@ class Renames(Part):
 
     async def _rename_claimed(self, src: Node, src_parent: Node, src_name: str,
                               dst_parent: Node, dst_name: str, flags: int) -> None:
-        dst = await self.namespace.listings.resolve(dst_parent, dst_name)
+        dst = await self.listings.resolve(dst_parent, dst_name)
         if dst is src:
             return
         if dst is not None and flags & RENAME_NOREPLACE:
@@ -95,7 +100,7 @@ class Renames(Part):
             if dst is not None:
                 if dst.kind is not Kind.DIR:
                     raise fail(errno.ENOTDIR)
-                if (await self.namespace.listings.listing(dst)).names():
+                if (await self.listings.listing(dst)).names():
                     raise fail(errno.ENOTEMPTY)
             self.state.check_key(dst_path, directory=True)
             await self._rename_dir(src, src_parent, dst_parent, dst_path, dst)
@@ -117,8 +122,8 @@ class Renames(Part):
         src_path, src_name = src.path, src.name()
         self.inodes.move(src_path, dst_path)
         self.content.move(src_path, dst_path)
-        self.namespace.listings.remove(src_parent.path, src_name)
-        self.namespace.listings.add(dst_parent.path, src.name(), src)  # its new name
+        self.listings.remove(src_parent.path, src_name)
+        self.listings.add(dst_parent.path, src.name(), src)  # its new name
 
     async def _defer_move(self, src: Node, src_parent: Node, dst_parent: Node,
                           dst_path: str) -> None:
@@ -152,7 +157,7 @@ class Renames(Part):
                 raise
             if node.path == move.dst:
                 self._follow_copy(node, etag, new_etag)
-                self.namespace.listings.add(node.parent_path(), node.name(), node)
+                self.listings.add(node.parent_path(), node.name(), node)
         except OSError as exc:
             error = exc
             log.warning("rename of %s to %s failed after it returned (%s): S3 keeps %s; "
@@ -254,7 +259,7 @@ class Renames(Part):
         node.apply_info(ObjectInfo(src.size, etag, src.mtime, src.mode, src.uid, src.gid),
                         time.time())
         self.content.discard(dst_path)
-        self.namespace.listings.add(node.parent_path(), node.name(), node)
+        self.listings.add(node.parent_path(), node.name(), node)
         parent = self.inodes.at(node.parent_path())
         self.state.kernel.forget_attrs(node.inode)
         if parent is not None:
@@ -274,10 +279,10 @@ class Renames(Part):
                 async with of.lock:
                     await self.uploader.upload(of)
                 keys = await self.state.s3(lambda: list(self.store.walk_keys(src.path)))
-        hidden = await self.namespace.hidden.take_shadowed(src_parent, src.name())
+        hidden = await self.hidden.take_shadowed(src_parent, src.name())
         if dst is not None:
             await self.state.s3(self.store.delete, dst.path, directory=True)
-            await self.namespace.hidden.remove_shadowed(dst_parent, dst.name())
+            await self.hidden.remove_shadowed(dst_parent, dst.name())
         moved_hidden: list[str] = []
 
         async def copy_one(rel: str) -> None:
