@@ -33,6 +33,9 @@ from memfs.s3.store import Store
 
 log = logging.getLogger(__name__)
 
+#: What ``stat`` reports as the preferred I/O size (``st_blksize``; see ``entry_attributes``).
+PREFERRED_IO_SIZE = 1024 * 1024
+
 
 def fuse_op(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The one place errors become errnos: OSError → its errno, surprises → logged EIO."""
@@ -94,7 +97,12 @@ def entry_attributes(node: Node, ttl: float, limit: int | None = None,
     # Directories report 4,096 bytes like ext4 and s3fs-fuse, so tools that print sizes
     # (the memory tool's directory view among them) show the same on every filesystem.
     a.st_size = node.kernel_size = 4096 if node.kind is Kind.DIR else node.size
-    a.st_blksize = 4096
+    # The "preferred I/O size": cp, dd's defaults, stdio and Python's open() size their
+    # buffers by it, and each write(2) of a file opened without the kernel's write-back cache
+    # is one FUSE request, a round trip to this daemon. 4 KiB (ext4's) made cp send 128 KiB
+    # writes (its floor) and Python 8 KiB ones; the FUSE maximum (max_write, 1 MiB with
+    # libfuse 3.14) lets a sequential writer send a MiB per round trip, as NFS's wsize does.
+    a.st_blksize = PREFERRED_IO_SIZE
     a.st_blocks = (node.size + 511) // 512
     a.st_mtime_ns = int(node.mtime * 1e9)
     a.st_atime_ns = int((node.atime or node.mtime) * 1e9)
