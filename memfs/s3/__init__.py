@@ -5,9 +5,10 @@
 | ``client`` | how boto3 clients are made (retries, timeouts, pool, path style, timestamps) |
 | ``store`` | the mount's view: paths to keys, conditional PUT/GET/COPY/DELETE, listings, probes |
 | ``transfer`` | big objects: ranged GETs, multipart uploads and their cleanup |
-| ``direct`` | PUT/COPY/DELETE sent beside boto3 at a third of its CPU, as botocore sends them |
+| ``direct`` | PUT/COPY/DELETE/GET sent beside boto3 at a third of its CPU, as botocore sends them |
 | ``route`` | decided once at mount: the bucket's region, the clients for it, direct or boto3 |
 | ``http1`` | the HTTP/1.1 keep-alive client those direct requests go out on |
+| ``filebody`` | a staging file's bytes as a PUT body (``sendfile`` directly, a reader for boto3) |
 | ``sigv4`` | their Signature V4 signer (botocore's ``S3SigV4Auth`` at an eighth of the CPU) |
 | ``bucket`` | the operator tools' view: raw keys, versions, batch deletes, restoring copies |
 | ``objectmeta`` | s3fs-compatible object metadata (mode, uid, gid, mtime) both ways |

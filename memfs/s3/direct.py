@@ -7,7 +7,9 @@ resolved again for every call, request and response models), and a memory comman
 whole-object PUTs, 0.15 DELETEs and 0.10 COPYs; ``get_object`` spends about 2 ms, and a
 directory's first readdir (its entries' metadata), a cold ``grep -r`` or the memory tool's view
 of a planted directory sends one per small file (issues 30, 33). So the mount sends those
-(``Store.put``, ``Store.delete``, ``Store.copy``, ``Store.get``) itself: the request botocore
+(``Store.put``, ``Store.delete``, ``Store.copy``, ``Store.get``, and ``Store.put_file``: a big
+file's one PUT, its staging file sent by ``sendfile`` where botocore read it twice in 8 KiB
+pieces, issue 33) itself: the request botocore
 would send, signed as botocore's ``S3SigV4Auth`` signs it (``memfs.s3.sigv4``: botocore's
 signer cost eight times as much), on a keep-alive connection pool of its own (``memfs.s3.http1``:
 urllib3 spent ten times the CPU of the exchange itself). Ranged reads of big files
@@ -122,12 +124,15 @@ class DirectRequests:
     def __init__(self, endpoint_url: str, region: str, credentials: Any, *,
                  max_attempts: int, connect_timeout: float, read_timeout: float,
                  max_connections: int, ca_bundle: str | None,
+                 slow_read_timeout: float | None = None,
                  retry_quota_checker: standard.RetryQuotaChecker | None = None,
                  operation_models: Mapping[str, Any] | None = None,
                  relocate: Relocate | None = None, find_region: FindRegion | None = None
                  ) -> None:
         self.credentials = credentials
         self.max_attempts = max(1, max_attempts)
+        # How long the answer to a PUT of a big file may take (the slow client's timeout).
+        self.slow_read_timeout = max(read_timeout, slow_read_timeout or read_timeout)
         self.stats: RequestStats | None = None  # the store's, once it uses these
         self._pool_args = dict(connect_timeout=connect_timeout, read_timeout=read_timeout,
                                maxsize=max_connections, ca_bundle=ca_bundle)
@@ -188,13 +193,23 @@ class DirectRequests:
         root = ET.fromstring(resp.data)  # parsed before: _attempt retries what does not parse
         return root.findtext("ETag") or root.findtext(f"{{{_S3_NS}}}ETag") or ""
 
+    def put_file(self, bucket: str, key: str, body: http1.FileBody, sha256: str,
+                 headers: Mapping[str, str]) -> str:
+        """PUT a file's range (a big object, streamed from its staging file by ``sendfile``)
+        whose SHA-256 the caller has taken; the new ETag. Its answer may take the slow
+        requests' timeout: the server stores the whole body before it answers."""
+        resp = self._send("PUT", "PutObject", bucket, key, body, headers,
+                          payload_sha256=sha256, answer_timeout=self.slow_read_timeout)
+        return str(resp.headers.get("etag", ""))
+
     def get(self, bucket: str, key: str, headers: Mapping[str, str]) -> http1.Response:
         """GET `key` (``headers``: its conditions); the 200 answer, its body read whole. A 304
         is the ClientError botocore raises for it (code "304")."""
         return self._send("GET", "GetObject", bucket, key, b"", headers)
 
-    def _send(self, method: str, op: str, bucket: str, key: str, body: bytes,
-              headers: Mapping[str, str]) -> http1.Response:
+    def _send(self, method: str, op: str, bucket: str, key: str, body: bytes | http1.FileBody,
+              headers: Mapping[str, str], *, payload_sha256: str | None = None,
+              answer_timeout: float | None = None) -> http1.Response:
         """One call: attempts under botocore's standard retry policy, counted once; the 2xx
         response."""
         started = time.monotonic()
@@ -209,7 +224,8 @@ class DirectRequests:
             error: botocore.exceptions.ClientError | None = None
             failure: botocore.exceptions.BotoCoreError | None = None
             try:
-                resp, error = self._attempt(target, method, op, path, body, headers)
+                resp, error = self._attempt(target, method, op, path, body, headers,
+                                            payload_sha256, answer_timeout)
             except botocore.exceptions.BotoCoreError as exc:  # no answer
                 failure = exc
             if resp is not None and error is None:
@@ -239,14 +255,18 @@ class DirectRequests:
             self._record(op, f"{status // 100}xx", attempt - 1, key, started, status)
             raise error
 
-    def _attempt(self, target: _Target, method: str, op: str, path: str, body: bytes,
-                 headers: Mapping[str, str]
+    def _attempt(self, target: _Target, method: str, op: str, path: str,
+                 body: bytes | http1.FileBody, headers: Mapping[str, str],
+                 payload_sha256: str | None, answer_timeout: float | None
                  ) -> tuple[http1.Response, botocore.exceptions.ClientError | None]:
         signed = target.signer.sign(method, target.pool.host_header, path,
-                                    {**headers, "User-Agent": USER_AGENT}, body,
-                                    self.credentials.get_frozen_credentials())
+                                    {**headers, "User-Agent": USER_AGENT},
+                                    body if isinstance(body, bytes) else b"",
+                                    self.credentials.get_frozen_credentials(),
+                                    payload_sha256=payload_sha256)
         try:
-            resp = target.pool.request(method, path, signed, body)
+            resp = target.pool.request(method, path, signed, body,
+                                       answer_timeout=answer_timeout)
         except http1.ConnectFailed as exc:
             raise botocore.exceptions.EndpointConnectionError(
                 endpoint_url=target.endpoint_url, error=exc) from exc
@@ -347,6 +367,7 @@ def _client_error(op: str, status: int, body: bytes, headers: Mapping[str, str]
 
 def plan_direct_requests(client: Any, bucket: str | None = None, *, max_attempts: int,
                          connect_timeout: float, read_timeout: float, max_connections: int,
+                         slow_read_timeout: float | None = None,
                          relocate: Relocate | None = None, find_region: FindRegion | None = None
                          ) -> tuple[DirectRequests | None, str]:
     """DirectRequests that talk to `client`'s endpoint for `bucket` as `client` does, and "";
@@ -381,7 +402,7 @@ def plan_direct_requests(client: Any, bucket: str | None = None, *, max_attempts
             endpoint, region, credentials, max_attempts=max_attempts,
             connect_timeout=connect_timeout, read_timeout=read_timeout,
             max_connections=max_connections, ca_bundle=ca_bundle,
-            retry_quota_checker=_client_retry_quota(client),
+            slow_read_timeout=slow_read_timeout, retry_quota_checker=_client_retry_quota(client),
             operation_models={op: client.meta.service_model.operation_model(op)
                               for op in ("PutObject", "CopyObject", "DeleteObject", "GetObject")},
             relocate=relocate, find_region=find_region)

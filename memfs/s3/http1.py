@@ -8,7 +8,9 @@ queue). ``memfs.s3.direct`` sends PutObject, CopyObject and DeleteObject, whose 
 whole and whose answers are small, so what it needs of HTTP is short:
 
 * a request is the head (request line, ``Host``, the caller's headers, ``Content-Length``) and
-  the body, in one ``sendall`` when the body is small;
+  the body, in one ``sendall`` when the body is small; a body that is a file's range
+  (``FileBody``: a big object's PUT from its staging file) goes by ``sendfile``, and its
+  answer may take ``answer_timeout`` (the server stores the whole body first);
 * an answer is read by RFC 9112's rules: interim 1xx answers are skipped; no body for HEAD, 204
   and 304; else ``Transfer-Encoding: chunked``, ``Content-Length``, or the bytes up to the
   close; a connection is kept only when the answer was delimited and neither side said
@@ -35,12 +37,17 @@ import select
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from memfs.s3.filebody import FileBody
 
 #: Longest response head read; S3's are about 1 KB.
 MAX_HEAD = 64 * 1024
 _CHUNK = 64 * 1024
+#: How much of a file body is read at a time where it cannot go by sendfile (TLS).
+_FILE_CHUNK = 1024 * 1024
 _JOIN_BODY = 64 * 1024
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 #: Bodies larger than this wait for ``100 Continue`` (botocore announces every PutObject body).
@@ -188,23 +195,77 @@ class _Connection:
             if self._line():
                 raise Dropped("a chunk did not end where its size said")
 
-    def _send(self, pieces: list[bytes]) -> None:
+    def _send(self, pieces: list[bytes | FileBody]) -> None:
         try:
             for piece in pieces:
-                self.sock.sendall(piece)
+                if isinstance(piece, FileBody):
+                    self._send_file(piece)
+                else:
+                    self.sock.sendall(piece)
         except TimeoutError as exc:
             raise TimedOut("the server took no more of the request within the timeout") from exc
         except OSError as exc:
             raise Dropped(f"connection lost while sending: {exc}") from exc
+
+    def _send_file(self, body: FileBody) -> None:
+        # os.sendfile with an offset and pread leave the descriptor's file position alone
+        # (socket.sendfile would move it). A socket with a timeout is non-blocking underneath:
+        # sendfile then stops when the send buffer is full, and poll waits for room.
+        pos, end = body.offset, body.offset + body.length
+        if isinstance(self.sock, ssl.SSLSocket):  # TLS encrypts in user space: read, send
+            while pos < end:
+                chunk = os.pread(body.fd, min(_FILE_CHUNK, end - pos), pos)
+                if not chunk:
+                    break
+                self.sock.sendall(chunk)
+                pos += len(chunk)
+        else:
+            timeout = self.sock.gettimeout()
+            poller = select.poll()
+            poller.register(self.sock, select.POLLOUT)
+            while pos < end:
+                try:
+                    sent = os.sendfile(self.sock.fileno(), body.fd, pos, end - pos)
+                except BlockingIOError:
+                    if not poller.poll(None if timeout is None else int(timeout * 1000)):
+                        raise TimeoutError from None
+                    continue
+                if sent == 0:
+                    break
+                pos += sent
+        if pos != end:
+            raise Dropped(f"the body's file ended after {pos - body.offset} of {body.length} "
+                          "bytes")
 
     def _answered_within(self, seconds: float) -> bool:
         if self.buffer or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):
             return True
         poller = select.poll()
         poller.register(self.sock, select.POLLIN)
-        return bool(poller.poll(int(seconds * 1000)))
+        if not isinstance(self.sock, ssl.SSLSocket):
+            return bool(poller.poll(int(seconds * 1000)))
+        # Over TLS the socket turns readable with records that are no answer (TLS 1.3 session
+        # tickets, sent after the handshake): taken for one, a server that never says
+        # "100 Continue" left both sides waiting for the other until the read timeout. So the
+        # bytes are read: an answer only if they carry application data.
+        deadline = time.monotonic() + seconds
+        timeout = self.sock.gettimeout()
+        try:
+            while (left := deadline - time.monotonic()) > 0 and poller.poll(int(left * 1000)):
+                self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                try:
+                    data = self.sock.recv(_CHUNK)
+                except (TimeoutError, ssl.SSLWantReadError):
+                    continue
+                except OSError:
+                    return True  # the connection failed: reading the answer will say so
+                self.buffer += data
+                return True  # bytes of an answer, or the server's close
+            return False
+        finally:
+            self.sock.settimeout(timeout)
 
-    def exchange(self, request: list[bytes], method: str, expect: bool = False
+    def exchange(self, request: list[bytes | FileBody], method: str, expect: bool = False
                  ) -> tuple[Response, bool]:
         """Send ``request`` (its pieces in order); its answer, and whether the connection can
         carry another. ``expect``: the head (the first piece) asked for ``100 Continue``."""
@@ -268,8 +329,11 @@ class ConnectionPool:
         self._lock = threading.Lock()
 
     def request(self, method: str, target: str, headers: Mapping[str, str],
-                body: bytes = b"") -> Response:
-        """One exchange: ``target`` is the request line's path (already percent-encoded)."""
+                body: bytes | FileBody = b"", *, answer_timeout: float | None = None
+                ) -> Response:
+        """One exchange: ``target`` is the request line's path (already percent-encoded).
+        ``answer_timeout``: how long the server may take, instead of the read timeout (a PUT
+        of gigabytes is answered once the server has stored them all)."""
         lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
         if body or method in ("PUT", "POST"):
@@ -283,10 +347,15 @@ class ConnectionPool:
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         # A small body goes in the head's packet (TCP_NODELAY would otherwise send two); a big
         # one (a whole-object PUT may be up to the part size) is not copied to do so.
-        request = [head + body] if len(body) <= _JOIN_BODY else [head, body]
+        request: list[bytes | FileBody] = [head + body] if isinstance(body, bytes) and \
+            len(body) <= _JOIN_BODY else [head, body]
         conn = self._take()
         try:
+            if answer_timeout is not None:
+                conn.sock.settimeout(max(self.read_timeout, answer_timeout))
             response, keep = conn.exchange(request, method, expect)
+            if answer_timeout is not None:
+                conn.sock.settimeout(self.read_timeout)
         except BaseException:
             conn.close()
             raise

@@ -99,7 +99,8 @@ def connect(endpoint_url: str | None, region: str | None, bucket: str, *, max_at
 
     direct, why = plan_direct_requests(
         client, bucket, max_attempts=max_attempts, connect_timeout=connect_timeout,
-        read_timeout=read_timeout, max_connections=max_connections, relocate=relocate,
+        read_timeout=read_timeout, max_connections=max_connections,
+        slow_read_timeout=slow_read_timeout, relocate=relocate,
         find_region=lambda: bucket_region(client, bucket))
     route: dict[str, Any] = {
         "region": signing_region, "configured_region": region,

@@ -42,14 +42,17 @@ class Signer:
         self._keys: dict[tuple[str, str], bytes] = {}
 
     def sign(self, method: str, host: str, path: str, headers: Mapping[str, str], body: bytes,
-             credentials: Any, now: float | None = None) -> dict[str, str]:
+             credentials: Any, now: float | None = None, *, payload_sha256: str | None = None
+             ) -> dict[str, str]:
         """``headers`` with the signature's headers added: what to send. ``credentials`` has
         ``access_key``, ``secret_key`` and ``token`` (botocore's frozen credentials); ``host``
-        is the ``Host`` header the request goes with; ``now`` defaults to the current time."""
+        is the ``Host`` header the request goes with; ``now`` defaults to the current time.
+        ``payload_sha256``: the body's SHA-256 (hex), when the body is not ``body`` but a
+        file's range sent apart (its hash then taken once, by the caller)."""
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None
                                                                  else now))
         day = amz_date[:8]
-        payload = hashlib.sha256(body).hexdigest()
+        payload = payload_sha256 or hashlib.sha256(body).hexdigest()
         replaced = _SET_HERE if credentials.token else _SET_HERE - {"x-amz-security-token"}
         out = {name: value for name, value in headers.items()
                if name.lower() not in replaced}

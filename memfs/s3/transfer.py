@@ -3,16 +3,16 @@
 Small files go whole (``Store.get``/``Store.put``: one request each). Above ``part_size`` a file
 is read in ranges — each ranged GET conditional on the version the blob holds (``If-Match``), so
 bytes of two versions are never mixed — and written as a multipart upload whose parts are read
-from the blob one at a time per worker (memory stays at ``workers × part_size``, whatever the file
-size). The completion carries the same condition a whole PUT would: ``If-Match`` on the version
-the bytes derive from, or ``If-None-Match: *`` for a new file.
+from the blob one at a time per worker (memory stays at ``workers × part_size``, whatever the
+file size). The completion carries the same condition a whole PUT would: ``If-Match`` on the
+version the bytes derive from, or ``If-None-Match: *`` for a new file.
 
 Not every endpoint conditions the completion (Ceph RGW 16.2 ignores both; moto 5.2.5 If-Match;
 `memfs.s3.endpoint` finds out at mount). There a conditional write of a big file goes as one
-PutObject streamed from the blob (`upload_streamed`: memory stays at a buffer, S3 takes up to
-5 GiB in one PUT), since only a PUT's condition is enforced; a bigger file is refused (EFBIG)
-rather than written where a concurrent writer could silently undo it. A completion that answers
-without an ETag (Ceph) is followed by a HEAD.
+PutObject streamed from the blob's file (`upload_streamed`: ``Store.put_file``, by ``sendfile``
+on the direct path; S3 takes up to 5 GiB in one PUT), since only a PUT's condition is enforced;
+a bigger file is refused (EFBIG) rather than written where a concurrent writer could silently
+undo it. A completion that answers without an ETag (Ceph) is followed by a HEAD.
 
 An upload that fails is aborted. One that cannot be (the daemon was killed) is recorded in the
 cache's ``uploads/`` directory before its first part, and the next mount aborts every recorded
@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import io
 import json
 import logging
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from memfs.s3.endpoint import normal_etag
 from memfs.s3.errors import StoreError, translate, translate_conditional
@@ -48,6 +47,9 @@ class Blob(Protocol):
 
     @property
     def size(self) -> int: ...
+
+    @property
+    def fd(self) -> int: ...
 
     def read(self, offset: int, length: int, /) -> bytes: ...
 
@@ -141,35 +143,6 @@ def upload_whole(store: Store, path: str, blob: Blob, metadata: dict[str, str], 
                      if_none_match=if_none_match).etag
 
 
-class BlobReader(io.RawIOBase):
-    """A blob as the seekable file boto3 streams a PutObject body from (and rewinds to retry)."""
-
-    def __init__(self, blob: Blob) -> None:
-        super().__init__()
-        self.blob = blob
-        self.pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.blob.size}[whence]
-        self.pos = max(0, base + offset)
-        return self.pos
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.blob.read(self.pos, min(len(buffer), max(0, self.blob.size - self.pos)))
-        buffer[:len(data)] = data
-        self.pos += len(data)
-        return len(data)
-
-
 def _md5_of(blob: Blob) -> str:
     digest = hashlib.md5(usedforsecurity=False)
     for off in range(0, blob.size, 8 * MIB):
@@ -179,10 +152,10 @@ def _md5_of(blob: Blob) -> str:
 
 def upload_streamed(store: Store, path: str, blob: Blob, metadata: dict[str, str], *,
                     if_match: str | None, if_none_match: bool) -> str:
-    """One conditional PutObject of the whole blob, streamed from it (never all in memory);
-    returns the new ETag."""
-    return store.put_stream(path, BlobReader(blob), blob.size, metadata, if_match=if_match,
-                            if_none_match=if_none_match)
+    """One conditional PutObject of the whole blob, streamed from its file (never all in
+    memory); returns the new ETag."""
+    return store.put_file(path, blob.fd, blob.size, metadata, if_match=if_match,
+                          if_none_match=if_none_match)
 
 
 def upload_multipart(store: Store, path: str, blob: Blob, metadata: dict[str, str], *,

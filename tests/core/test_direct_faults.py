@@ -1,10 +1,9 @@
 """The differential fault matrix of issue 29: every request the direct path sends
-(``memfs.s3.direct``: PutObject small and large, CopyObject, DeleteObject, GetObject whole and
-conditional) is sent once through
-boto3 and once directly, through the proxy playing AWS's misbehaviours in front of moto, and
-both must end alike: the same result (success or errno), the same number of attempts, the same
-objects left in S3. The expected outcome is written down too, so that both paths being wrong
-alike fails as well.
+(``memfs.s3.direct``: PutObject small, large and from a staging file, CopyObject, DeleteObject,
+GetObject whole and conditional) is sent once through boto3 and once directly, through the proxy
+playing AWS's misbehaviours in front of moto, and both must end alike: the same result (success
+or errno), the same number of attempts, the same objects left in S3. The expected outcome is
+written down too, so that both paths being wrong alike fails as well.
 
 Backoff waits are botocore's with the jitter's random draw made small (both paths' draws: the
 waits are not what is compared), so the matrix runs in seconds.
@@ -14,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -97,6 +97,16 @@ def put_large(store: Store, s3: Any, base: str) -> None:
     store.put(f"{base}/big.md", BIG, {}, if_match=etag)
 
 
+def put_file(store: Store, s3: Any, base: str) -> None:
+    # A big file's one PUT from its staging file (sendfile directly, a reader through boto3).
+    etag = s3.put_object(Bucket=BUCKET, Key=f"{base}/staged.md", Body=b"old")["ETag"]
+    with tempfile.TemporaryFile() as staged:
+        staged.write(BIG)
+        staged.flush()
+        store.put_file(f"{base}/staged.md", staged.fileno(), len(BIG), {"memfs-mtime": "1"},
+                       if_match=etag, if_none_match=False)
+
+
 def copy(store: Store, s3: Any, base: str) -> None:
     etag = s3.put_object(Bucket=BUCKET, Key=f"{base}/src.md", Body=b"source")["ETag"]
     store.copy(f"{base}/src.md", f"{base}/dst.md", src_etag=etag)
@@ -122,11 +132,11 @@ def get_unchanged(store: Store, s3: Any, base: str) -> None:
         store.get(f"{base}/same.md", if_none_match=etag)
 
 
-PROXY_OP = {"put_small": "PUT", "put_large": "PUT", "copy": "COPY", "delete": "DELETE",
-            "get": "GET", "get_unchanged": "GET"}
+PROXY_OP = {"put_small": "PUT", "put_large": "PUT", "put_file": "PUT", "copy": "COPY",
+            "delete": "DELETE", "get": "GET", "get_unchanged": "GET"}
 OPS: dict[str, Callable[[Store, Any, str], None]] = {
-    "put_small": put_small, "put_large": put_large, "copy": copy, "delete": delete,
-    "get": get, "get_unchanged": get_unchanged}
+    "put_small": put_small, "put_large": put_large, "put_file": put_file, "copy": copy,
+    "delete": delete, "get": get, "get_unchanged": get_unchanged}
 
 # case -> (proxy settings, fault rule kind and times, retry-after ms)
 CASES: dict[str, tuple[dict[str, Any], tuple[str, int] | None, int | None]] = {
@@ -171,7 +181,7 @@ def expected(case: str, op: str) -> tuple[str | int, int]:
 # what S3 does to XML answers (a copy's): a GET's body is the object's, which neither path
 # can tell from such a body, and S3 does not answer a GET so.
 MATRIX = [(case, op) for case in CASES for op in OPS
-          if (case != "early_refusal" or op == "put_large")
+          if (case != "early_refusal" or op in ("put_large", "put_file"))
           and not (op.startswith("get") and case in ("error_200", "truncated_200"))]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 import socket
 import ssl
 import threading
@@ -440,3 +441,49 @@ def test_tls_refuses_an_unknown_authority(serve, certificate, tmp_path) -> None:
     with pytest.raises(http1.ConnectFailed, match="TLS"):
         server.pool("https", "localhost").request("PUT", "/a", {}, b"x")  # system CAs only
     assert server.requests == []
+
+
+# -- a file's range as the body (a big object's PUT from its staging file) ---------------------
+
+
+def _file_of(tmp_path, data: bytes) -> int:
+    path = tmp_path / "staged"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDWR)
+    os.lseek(fd, 7, os.SEEK_SET)  # the owner's position, which sending must not move
+    return fd
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+@pytest.mark.parametrize(("offset", "length"), [(0, 0), (0, 5), (3, http1.EXPECT_OVER + 11),
+                                                (0, 3 * 1024 * 1024)])
+def test_a_files_range_arrives_whole_on_every_attempt(serve, certificate, tmp_path, scheme,
+                                                      offset, length) -> None:
+    data = os.urandom(offset + length + 9)
+    fd = _file_of(tmp_path, data)
+    tls = server_tls(certificate) if scheme == "https" else None
+    server = serve([OK, OK], tls=tls)
+    pool = server.pool(scheme, "localhost" if tls else "127.0.0.1",
+                       ca_bundle=str(certificate[0]) if tls else None)
+    body = http1.FileBody(fd, offset, length)
+    try:
+        for _ in range(2):  # a retry sends the same bytes again
+            assert pool.request("PUT", "/b/k", {}, body, answer_timeout=9.0).data == b"ok"
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 7
+    finally:
+        os.close(fd)
+    for request in server.requests:
+        head, _, sent = request.partition(b"\r\n\r\n")
+        assert f"\r\nContent-Length: {length}".encode() in head
+        assert sent == data[offset:offset + length]
+    assert pool._idle and pool._idle[0].sock.gettimeout() == 5.0  # the read timeout again
+
+
+def test_a_file_shorter_than_its_range_is_dropped_not_sent_short(serve, tmp_path) -> None:
+    fd = _file_of(tmp_path, b"x" * 100)
+    server = serve([OK])
+    try:
+        with pytest.raises(http1.Dropped, match="ended after 100 of 200"):
+            server.pool().request("PUT", "/b/k", {}, http1.FileBody(fd, 0, 200))
+    finally:
+        os.close(fd)

@@ -4,6 +4,7 @@ requests at one fixed instant)."""
 from __future__ import annotations
 
 import datetime
+import hashlib
 from urllib.parse import quote
 
 import botocore.auth
@@ -60,6 +61,11 @@ def test_the_same_request_gets_botocores_signature(method, origin, key, headers,
     ours = Signer(region).sign(method, netloc, path, headers, body, creds,
                                when.replace(tzinfo=datetime.UTC).timestamp())
     assert ours == theirs
+    # A body sent apart (a staging file by sendfile) is signed over the hash its sender took.
+    apart = Signer(region).sign(method, netloc, path, headers, b"", creds,
+                                when.replace(tzinfo=datetime.UTC).timestamp(),
+                                payload_sha256=hashlib.sha256(body).hexdigest())
+    assert apart == theirs
 
 
 def test_a_day_later_the_signing_key_is_the_new_days() -> None:
