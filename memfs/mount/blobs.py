@@ -25,6 +25,8 @@ import weakref
 from bisect import bisect_left
 from pathlib import Path
 
+from memfs.mount.prefixdigest import PrefixDigest
+
 #: How much one copy, hash or read-all step moves at a time: bounds memory per call.
 CHUNK = 1024 * 1024
 #: Whole-blob work (fork, hash, read back) up to this size runs on the trio thread (well under a
@@ -93,7 +95,9 @@ class Ranges:
             assert nxt is None or e < nxt[0], f"spans {(s, e)} and {nxt} touch or overlap"
 
 
-def _close_and_unlink(fd: int, path: str | None) -> None:
+def _close_and_unlink(fd: int, path: str | None, digest: PrefixDigest | None) -> None:
+    if digest is not None:
+        digest.stop()
     os.close(fd)
     if path is not None:
         with contextlib.suppress(FileNotFoundError):
@@ -111,7 +115,7 @@ class Blob:
     """
 
     def __init__(self, fd: int, path: Path, size: int, present: Ranges, etag: str | None,
-                 *, owned: bool) -> None:
+                 *, owned: bool, digest: PrefixDigest | None = None) -> None:
         self.fd = fd
         self.path = path
         self.size = size
@@ -120,8 +124,11 @@ class Blob:
         self.owned = owned
         # Set while an upload reads the blob: a write then forks a copy instead (see DataPath).
         self.frozen = False
+        # The SHA-256 of what was written in order from the start, taken meanwhile (a staged
+        # file that will go up as one signed PUT; see memfs.mount.prefixdigest).
+        self.digest = digest
         self._finalizer = weakref.finalize(self, _close_and_unlink, fd,
-                                           str(path) if owned else None)
+                                           str(path) if owned else None, digest)
 
     def move_to(self, path: Path) -> None:
         """Rename an owned (staging) blob's file to ``path`` and hand it over: from now on the
@@ -130,22 +137,25 @@ class Blob:
         assert self.owned, "only a staging file moves"
         os.rename(self.path, path)
         self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _close_and_unlink, self.fd, None)
+        self._finalizer = weakref.finalize(self, _close_and_unlink, self.fd, None, self.digest)
         self.path, self.owned = path, False
 
     @classmethod
-    def create(cls, directory: Path, size: int = 0, etag: str | None = None) -> Blob:
+    def create(cls, directory: Path, size: int = 0, etag: str | None = None, *,
+               digest: bool = False) -> Blob:
         """A new empty staging file of ``size`` bytes (zeros, counted as present unless it is
-        a version whose bytes are still to be fetched: ``etag`` given)."""
+        a version whose bytes are still to be fetched: ``etag`` given). ``digest``: take the
+        SHA-256 of what is then written in order (``PrefixDigest``)."""
         path = directory / f"{uuid.uuid4().hex}.part"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             os.ftruncate(fd, size)
         except OSError:
-            _close_and_unlink(fd, str(path))
+            _close_and_unlink(fd, str(path), None)
             raise
         present = Ranges() if etag is not None else Ranges([(0, size)])
-        return cls(fd, path, size, present, etag, owned=True)
+        taken = PrefixDigest(fd) if digest and size == 0 and etag is None else None
+        return cls(fd, path, size, present, etag, owned=True, digest=taken)
 
     @classmethod
     def from_bytes(cls, directory: Path, data: bytes, etag: str | None = None) -> Blob:
@@ -193,6 +203,8 @@ class Blob:
         if not buf:
             return
         self.store(off, buf)
+        if self.digest is not None:
+            self.digest.wrote(off, len(buf))
         end = off + len(buf)
         if off > self.size:
             self.present.add(self.size, off)  # the hole a write past the end leaves is zeros
@@ -213,6 +225,8 @@ class Blob:
             written += os.pwrite(self.fd, view[written:], off + written)
 
     def truncate(self, size: int) -> None:
+        if self.digest is not None:
+            self.digest.truncated(size)
         os.ftruncate(self.fd, size)
         if size < self.size:
             self.present.clip(size)
@@ -237,6 +251,11 @@ class Blob:
         copy.present = self.present.copy()
         copy.etag = None
         return copy
+
+    def known_sha256(self) -> str | None:
+        """The SHA-256 of the whole blob if it was taken while written (waits for the hashing
+        to catch up), else None."""
+        return self.digest.digest(self.size) if self.digest is not None else None
 
     def sha256(self) -> str:
         return self.digests("sha256")["sha256"]

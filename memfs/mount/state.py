@@ -224,8 +224,11 @@ class CoreState:
         self.nursery.start_soon(run)
 
     def new_blob(self) -> Blob:
-        """An empty staged blob for an open file's bytes."""
-        return self.staged(Blob.create, self.content.staging)
+        """An empty staged blob for an open file's bytes. Where a big file will go up as one
+        signed PUT (the endpoint does not condition multipart completion), its SHA-256 is
+        taken while it is written in order (``memfs.mount.prefixdigest``)."""
+        return self.staged(functools.partial(
+            Blob.create, digest=not self.store.caps.conditional_multipart), self.content.staging)
 
     def staged(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a disk operation of the staging area on the trio thread. A full disk first

@@ -51,6 +51,8 @@ class Blob(Protocol):
     @property
     def fd(self) -> int: ...
 
+    def known_sha256(self) -> str | None: ...
+
     def read(self, offset: int, length: int, /) -> bytes: ...
 
     def read_all(self) -> bytes: ...
@@ -155,7 +157,7 @@ def upload_streamed(store: Store, path: str, blob: Blob, metadata: dict[str, str
     """One conditional PutObject of the whole blob, streamed from its file (never all in
     memory); returns the new ETag."""
     return store.put_file(path, blob.fd, blob.size, metadata, if_match=if_match,
-                          if_none_match=if_none_match)
+                          if_none_match=if_none_match, sha256=blob.known_sha256())
 
 
 def upload_multipart(store: Store, path: str, blob: Blob, metadata: dict[str, str], *,
