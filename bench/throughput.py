@@ -7,9 +7,10 @@ counts more than speed):
 (a) **big**: a ``--size`` file (1G by default) of random bytes, written with boto3
     ``upload_file`` and read with ``download_file`` (default ``TransferConfig``: 8 MiB parts, ten
     threads); then ``cp LOCAL MNT/B`` through a fresh memfs mount (timed until ``close`` returns:
-    memfs's close returns once S3 has the object), and ``cp MNT/B COPY`` on another fresh mount
-    with an empty cache. Both copies are checked against the local file's sha256 outside the
-    timing. The daemon's peak RSS (``VmHWM``) is read before each unmount. Direct to the server
+    memfs's close returns once S3 has the object), and ``cp MNT/A COPY`` on another fresh mount
+    with an empty cache: both readers read the same object, boto3's (multipart; memfs's own is
+    one PUT on Ceph, which conditions only PUTs). Both copies are checked against the local
+    file's sha256 outside the timing. The daemon's peak RSS (``VmHWM``) is read before each unmount. Direct to the server
     by default (a Python proxy relaying a GiB would time itself); ``--proxy`` counts requests.
     ``--repeat`` rounds (3) of the four legs, each after a ``sync``, the order of boto3 and
     memfs alternating by round; each leg's median is the result (one leg varies by up to 30%
@@ -173,7 +174,7 @@ class Run:
         def memfs_read() -> None:
             rss: dict[str, float | None] = {}
             with self.mount("memfs", via, rss, "memfs_read") as mnt:
-                leg("memfs_read", lambda: cp(mnt / key_b, copy))
+                leg("memfs_read", lambda: cp(mnt / key_a, copy))
             legs["memfs_read"]["vmhwm_mib"] = max(legs["memfs_read"].get("vmhwm_mib", 0),
                                                   rss.get("memfs_read") or 0)
             legs["memfs_read"]["ok"] = legs["memfs_read"].get("ok", True) and \
