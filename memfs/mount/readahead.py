@@ -12,12 +12,14 @@ Two mechanisms, both per open state (``OpenFile``):
   1 MiB), doubling from 1 MiB up to the part size while reads stay sequential, and back to 1 MiB
   on a random read: a random reader costs a 1 MiB GET per miss, never a part.
 * **The window**: every read of a version still incomplete keeps ``window`` part-size spans
-  ahead of the reader in flight as background GETs. The window starts at one span on a
+  (aligned to the part size, as a multipart object's parts are) ahead of the reader in flight
+  as background GETs. The window starts at one span on a
   sequential read, doubles each time the reader crosses into the next part, up to
   ``--read-ahead`` (default 10, like boto3's ten threads of 8 MiB parts), and closes on a
   random read (spans already in flight finish; nothing new starts). Each span is fetched
   once: spans in flight are recorded (``OpenFile.inflight``) and a read that needs one waits
-  for it.
+  for it, looking every few milliseconds whether its own bytes have landed (a span is filled
+  and recorded a MiB at a time).
 
 Bounds: at most ``--read-ahead`` background spans in flight in the whole mount (a second big
 reader shares them), never more bytes ahead than a quarter of the content cache (the bytes go to
@@ -45,6 +47,8 @@ READ_AHEAD = 1024 * 1024
 #: A read this close to where the previous one ended still counts as sequential: the kernel
 #: sends a reader's requests concurrently and they may arrive slightly out of order.
 SLACK = 1024 * 1024
+#: How often a read waiting on a span in flight looks whether its own bytes have landed.
+PROGRESS_POLL_S = 0.002
 
 
 class ReadAhead(Part):
@@ -82,7 +86,12 @@ class ReadAhead(Part):
         end = min(off + size, body.size)
         busy = [done for (s, e), done in of.inflight.items() if s < end and e > off]
         if busy:
-            await busy[0].wait()
+            # A span lands a MiB at a time (``Loader``'s fills record each chunk): look again
+            # every few milliseconds rather than only once all of it is in. Waiting for the
+            # whole span held a reader at the window's edge for up to a part (8 MiB) it had
+            # half of, and no read meant no new spans started meanwhile.
+            with trio.move_on_after(PROGRESS_POLL_S):
+                await busy[0].wait()
             return
         part = self.config.part_size
         if self._sequential(of, off) and of.read_ahead:
@@ -121,10 +130,13 @@ class ReadAhead(Part):
             return
         part = self.config.part_size
         of.ahead = max(of.ahead, pos)
-        horizon = min(body.size, pos + of.window * part)
+        horizon = min(body.size, (pos // part + of.window) * part)  # the window-th boundary
         while of.ahead < horizon and self._ahead_running < self.config.read_ahead:
             start = of.ahead
-            stop = min(body.size, start + part)
+            # Spans end on part-size boundaries: the first read's MiB made every span straddle
+            # two of a multipart object's parts (two parts per GET on S3, three 4 MiB stripes
+            # on Ceph RGW instead of two); S3's guidance is ranges aligned to the parts.
+            stop = min(body.size, (start // part + 1) * part)
             of.ahead = stop
             if any(s < stop and e > start for s, e in of.inflight):
                 continue  # a foreground read is fetching (part of) it

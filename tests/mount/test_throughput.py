@@ -71,6 +71,24 @@ def test_a_sequential_read_keeps_a_bounded_window_and_fetches_each_byte_once(
     assert 2 <= most <= 3 + 2, most
 
 
+def test_the_windows_spans_end_on_part_boundaries(mounts, proxy, s3) -> None:
+    # A multipart object's parts (and Ceph's stripes) start at multiples of the part size: a
+    # span that straddles a boundary costs two parts' reads on the server for one GET.
+    part = 5 * MIB
+    data = _pattern(33 * MIB + 5, seed=9)
+    s3.put_object(Bucket=BUCKET, Key="aligned.bin", Body=data)
+    mnt = mounts("", *PART, "--read-ahead", "4")
+    proxy.reset_counts()
+    assert (mnt / "aligned.bin").read_bytes() == data
+    spans = [tuple(int(x) for x in r.range.removeprefix("bytes=").split("-"))
+             for r in proxy.records() if r.op == "GET" and r.range]
+    assert len(spans) >= 4, spans
+    # Whatever the reads that missed fetched, no span crosses a part boundary and every
+    # span of a part size starts on one.
+    assert all(start // part == end // part for start, end in spans), spans
+    assert all(start % part == 0 for start, end in spans if end - start + 1 == part), spans
+
+
 def test_read_ahead_zero_fetches_only_what_reads_need(mounts, proxy, s3) -> None:
     data = _pattern(20 * MIB, seed=3)
     s3.put_object(Bucket=BUCKET, Key="big.bin", Body=data)

@@ -362,6 +362,7 @@ class Request:
     user_agent: str = ""  # which client sent it (boto3's, or memfs.s3.direct's)
     access_key: str = ""  # whose credentials signed it
     region: str = ""  # the region it was signed for
+    range: str = ""  # a ranged GET's Range header ("bytes=A-B")
 
 
 # --- HTTP plumbing ----------------------------------------------------------------------------
@@ -720,7 +721,8 @@ class S3Proxy:
             rec = Request(seq=self._seq, conn=conn_id, op=op, method=method, target=target,
                           user_agent=headers.get("user-agent", ""),
                           access_key=auth.partition("Credential=")[2].partition("/")[0],
-                          region=scope.group(1) if scope else "")
+                          region=scope.group(1) if scope else "",
+                          range=headers.get("range", ""))
             if _PROBE not in path:  # a mount's endpoint probe: recorded, not counted
                 self._counts[op] += 1
             self._records.append(rec)
