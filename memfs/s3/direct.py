@@ -7,13 +7,14 @@ resolved again for every call, request and response models), and a memory comman
 whole-object PUTs, 0.15 DELETEs and 0.10 COPYs; ``get_object`` spends about 2 ms, and a
 directory's first readdir (its entries' metadata), a cold ``grep -r`` or the memory tool's view
 of a planted directory sends one per small file (issues 30, 33). So the mount sends those
-(``Store.put``, ``Store.delete``, ``Store.copy``, ``Store.get``, and ``Store.put_file``: a big
-file's one PUT, its staging file sent by ``sendfile`` where botocore read it twice in 8 KiB
-pieces, issue 33) itself: the request botocore
+(``Store.put``, ``Store.delete``, ``Store.copy``, ``Store.get``; and for big files, issue
+33, ``transfer.upload_streamed``'s one PUT, the staging file sent by ``sendfile`` where botocore
+read it twice in 8 KiB pieces, and ``transfer.fetch_range``'s ranged GETs, the body read into
+one reused buffer and written to the staging file a MiB at a time) itself: the request botocore
 would send, signed as botocore's ``S3SigV4Auth`` signs it (``memfs.s3.sigv4``: botocore's
 signer cost eight times as much), on a keep-alive connection pool of its own (``memfs.s3.http1``:
-urllib3 spent ten times the CPU of the exchange itself). Ranged reads of big files
-(``memfs.s3.transfer``), HEADs, listings and multipart uploads stay on boto3.
+urllib3 spent ten times the CPU of the exchange itself). HEADs, listings and multipart
+uploads stay on boto3.
 
 What the client does for these requests, and the rest of memfs relies on, is kept here; where
 botocore's own objects can do it, they do (``tests/core/test_direct_faults.py`` runs one fault
@@ -207,9 +208,16 @@ class DirectRequests:
         is the ClientError botocore raises for it (code "304")."""
         return self._send("GET", "GetObject", bucket, key, b"", headers)
 
+    def get_range(self, bucket: str, key: str, headers: Mapping[str, str],
+                  sink: http1.Sink) -> http1.Response:
+        """GET `key` with ``headers`` (a ``Range``, its condition), the body handed to ``sink``
+        as it arrives (again from offset 0 if an attempt is retried); the answer's head."""
+        return self._send("GET", "GetObject", bucket, key, b"", headers, sink=sink)
+
     def _send(self, method: str, op: str, bucket: str, key: str, body: bytes | http1.FileBody,
               headers: Mapping[str, str], *, payload_sha256: str | None = None,
-              answer_timeout: float | None = None) -> http1.Response:
+              answer_timeout: float | None = None,
+              sink: http1.Sink | None = None) -> http1.Response:
         """One call: attempts under botocore's standard retry policy, counted once; the 2xx
         response."""
         started = time.monotonic()
@@ -225,7 +233,7 @@ class DirectRequests:
             failure: botocore.exceptions.BotoCoreError | None = None
             try:
                 resp, error = self._attempt(target, method, op, path, body, headers,
-                                            payload_sha256, answer_timeout)
+                                            payload_sha256, answer_timeout, sink)
             except botocore.exceptions.BotoCoreError as exc:  # no answer
                 failure = exc
             if resp is not None and error is None:
@@ -257,7 +265,8 @@ class DirectRequests:
 
     def _attempt(self, target: _Target, method: str, op: str, path: str,
                  body: bytes | http1.FileBody, headers: Mapping[str, str],
-                 payload_sha256: str | None, answer_timeout: float | None
+                 payload_sha256: str | None, answer_timeout: float | None,
+                 sink: http1.Sink | None = None
                  ) -> tuple[http1.Response, botocore.exceptions.ClientError | None]:
         signed = target.signer.sign(method, target.pool.host_header, path,
                                     {**headers, "User-Agent": USER_AGENT},
@@ -266,7 +275,7 @@ class DirectRequests:
                                     payload_sha256=payload_sha256)
         try:
             resp = target.pool.request(method, path, signed, body,
-                                       answer_timeout=answer_timeout)
+                                       answer_timeout=answer_timeout, sink=sink)
         except http1.ConnectFailed as exc:
             raise botocore.exceptions.EndpointConnectionError(
                 endpoint_url=target.endpoint_url, error=exc) from exc

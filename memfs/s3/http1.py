@@ -1,11 +1,13 @@
 """A small HTTP/1.1 client for the mount's direct S3 requests: one keep-alive connection pool to
-one origin, thread-safe, each request's whole answer read into memory.
+one origin, thread-safe, each request's whole answer read into memory (or, for a big file's
+ranged GET, its body handed to a ``Sink`` a buffer at a time).
 
 Why not urllib3: for a 2 KB PUT on loopback, urllib3 (on http.client) spends about 500 µs of
 CPU, ten times the ~50 µs of the exchange itself (``scripts/bench cpu``: header validation,
 http.client's e-mail parser for the response headers, Retry and Timeout objects, the pool's
-queue). ``memfs.s3.direct`` sends PutObject, CopyObject and DeleteObject, whose requests are built
-whole and whose answers are small, so what it needs of HTTP is short:
+queue). ``memfs.s3.direct`` sends PutObject, CopyObject, DeleteObject and GetObject, whose
+requests are built whole (or are a file's range) and whose answers are small (or go to a
+file), so what it needs of HTTP is short:
 
 * a request is the head (request line, ``Host``, the caller's headers, ``Content-Length``) and
   the body, in one ``sendall`` when the body is small; a body that is a file's range
@@ -38,7 +40,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from memfs.s3.filebody import FileBody
@@ -70,6 +72,12 @@ class TimedOut(HTTPFailure):
 
 class Dropped(HTTPFailure):
     """The connection closed, or the server's bytes were not HTTP, before the answer ended."""
+
+
+#: Takes a streamed body's bytes: (offset in the body, the bytes; valid only during the call).
+Sink = Callable[[int, memoryview], None]
+#: The buffer a streamed body is read into, and handed over from, at a time.
+STREAM_BUFFER = 1024 * 1024
 
 
 @dataclass
@@ -140,6 +148,33 @@ class _Connection:
         data = bytes(self.buffer[:n])
         del self.buffer[:n]
         return data
+
+    def _stream(self, length: int, sink: Sink) -> None:
+        """Hand ``length`` body bytes to ``sink`` a buffer at a time (``recv_into`` one reused
+        buffer: no bytes object per read, memory one buffer whatever the length)."""
+        done = 0
+        if self.buffer:  # what came with the head
+            first = bytes(self.buffer[:length])
+            del self.buffer[:len(first)]
+            sink(0, memoryview(first))
+            done = len(first)
+        buf = bytearray(min(STREAM_BUFFER, max(0, length - done)))
+        view = memoryview(buf)
+        while done < length:
+            want = min(len(buf), length - done)
+            filled = 0
+            while filled < want:
+                try:
+                    n = self.sock.recv_into(view[filled:want])
+                except TimeoutError as exc:
+                    raise TimedOut("no answer within the read timeout") from exc
+                except OSError as exc:
+                    raise Dropped(f"connection lost: {exc}") from exc
+                if n == 0:
+                    raise Dropped("the server closed the connection before the answer ended")
+                filled += n
+            sink(done, view[:filled])
+            done += filled
 
     def _to_close(self) -> bytes:
         # Only the orderly close ends such a body: a reset is an answer cut short (Dropped).
@@ -265,10 +300,11 @@ class _Connection:
         finally:
             self.sock.settimeout(timeout)
 
-    def exchange(self, request: list[bytes | FileBody], method: str, expect: bool = False
-                 ) -> tuple[Response, bool]:
+    def exchange(self, request: list[bytes | FileBody], method: str, expect: bool = False,
+                 sink: Sink | None = None) -> tuple[Response, bool]:
         """Send ``request`` (its pieces in order); its answer, and whether the connection can
-        carry another. ``expect``: the head (the first piece) asked for ``100 Continue``."""
+        carry another. ``expect``: the head (the first piece) asked for ``100 Continue``.
+        ``sink``: a 2xx answer's body (with a Content-Length) goes to it as it arrives."""
         sent_body = True
         if expect:
             self._send(request[:1])
@@ -300,7 +336,11 @@ class _Connection:
                 raise Dropped("a Content-Length that is not a number") from None
             if length < 0:
                 raise Dropped("a negative Content-Length")
-            data = self._exactly(length)
+            if sink is not None and 200 <= status < 300:
+                self._stream(length, sink)
+                data = b""
+            else:
+                data = self._exactly(length)
         else:
             data, keep = self._to_close(), False
         return Response(status, headers, data), keep and not self.buffer
@@ -329,11 +369,13 @@ class ConnectionPool:
         self._lock = threading.Lock()
 
     def request(self, method: str, target: str, headers: Mapping[str, str],
-                body: bytes | FileBody = b"", *, answer_timeout: float | None = None
-                ) -> Response:
+                body: bytes | FileBody = b"", *, answer_timeout: float | None = None,
+                sink: Sink | None = None) -> Response:
         """One exchange: ``target`` is the request line's path (already percent-encoded).
         ``answer_timeout``: how long the server may take, instead of the read timeout (a PUT
-        of gigabytes is answered once the server has stored them all)."""
+        of gigabytes is answered once the server has stored them all). ``sink(offset,
+        bytes)``: where a successful answer's body goes as it arrives (a ranged GET of a big
+        file, into its staging file), instead of ``Response.data``."""
         lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
         if body or method in ("PUT", "POST"):
@@ -353,7 +395,7 @@ class ConnectionPool:
         try:
             if answer_timeout is not None:
                 conn.sock.settimeout(max(self.read_timeout, answer_timeout))
-            response, keep = conn.exchange(request, method, expect)
+            response, keep = conn.exchange(request, method, expect, sink)
             if answer_timeout is not None:
                 conn.sock.settimeout(self.read_timeout)
         except BaseException:

@@ -29,7 +29,6 @@ import botocore.exceptions
 from memfs.s3.direct import DirectRequests, sendable
 from memfs.s3.endpoint import COPY_IF_MATCH, LEGACY_COPY_IF_MATCH, Capabilities, normal_etag
 from memfs.s3.errors import NotModified, StoreError, translate, translate_conditional
-from memfs.s3.filebody import FileBody, FileReader, file_sha256
 from memfs.s3.keynames import valid_name
 from memfs.s3.objectmeta import ObjectInfo, info_from_metadata
 from memfs.s3.stats import RequestStats
@@ -43,7 +42,7 @@ PROBE_PAGE = 100
 LIST_PAGE = 1000
 
 #: A write condition's header -> boto3's parameter for it.
-_PARAM = {"If-Match": "IfMatch", "If-None-Match": "IfNoneMatch"}
+BOTO3_PARAM = {"If-Match": "IfMatch", "If-None-Match": "IfNoneMatch"}
 
 
 @dataclass
@@ -379,43 +378,11 @@ class Store:
             else:
                 etag = self.client.put_object(
                     Bucket=self.bucket, Key=key, Body=data, Metadata=metadata,
-                    ContentType=content_type, **{_PARAM[h]: v for h, v in condition.items()}
+                    ContentType=content_type, **{BOTO3_PARAM[h]: v for h, v in condition.items()}
                 )["ETag"]
         except Exception as exc:
             raise (translate_conditional if if_match else translate)(exc, "PUT", key) from exc
         return info_from_metadata(len(data), normal_etag(etag), time.time(), metadata, key)
-
-    def put_file(self, path: str, fd: int, size: int, metadata: dict[str, str], *,
-                 if_match: str | None, if_none_match: bool, sha256: str | None = None) -> str:
-        """Write a whole object of the first ``size`` bytes of descriptor ``fd`` (a staging
-        file: read with ``pread`` and ``sendfile``, never through its file position),
-        conditionally as `put`; returns the new ETag. ``sha256``: the bytes' SHA-256 (hex) if
-        the caller knows it already.
-
-        Directly (``http1.FileBody``): the payload's SHA-256 is taken once (unless given) and
-        the kernel sends the bytes. Through boto3 (the slow client: one PUT of gigabytes takes
-        a while to be answered) botocore reads the file twice, to sign it and to send it, in
-        8 KiB writes: on Ceph RGW, for 1 GiB, about 1.9 s of sending and 0.8 s of hashing
-        where the direct request takes (measured in docs/PERFORMANCE.md)."""
-        key = self.key(path)
-        try:
-            if self.direct is not None and sendable(key):
-                headers = {"Content-Type": "application/octet-stream",
-                           **({"If-Match": self.caps.condition_etag(if_match)} if if_match
-                              else {"If-None-Match": "*"} if if_none_match else {}),
-                           **{f"x-amz-meta-{k}": v for k, v in metadata.items()}}
-                etag = self.direct.put_file(self.bucket, key, FileBody(fd, 0, size),
-                                            sha256 or file_sha256(fd, size), headers)
-            else:
-                condition = {"IfMatch": self.caps.condition_etag(if_match)} if if_match else (
-                    {"IfNoneMatch": "*"} if if_none_match else {})
-                etag = self.slow_client.put_object(
-                    Bucket=self.bucket, Key=key, Body=FileReader(fd, size), ContentLength=size,
-                    Metadata=metadata, ContentType="application/octet-stream",
-                    **condition)["ETag"]
-        except Exception as exc:
-            raise (translate_conditional if if_match else translate)(exc, "PUT", key) from exc
-        return normal_etag(etag)
 
     def copy(
         self,

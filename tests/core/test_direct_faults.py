@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import errno
 import itertools
+import os
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from memfs.s3 import transfer
 from memfs.s3.client import make_client
 from memfs.s3.direct import USER_AGENT, plan_direct_requests
 from memfs.s3.errors import NotModified, StoreError
@@ -97,14 +99,50 @@ def put_large(store: Store, s3: Any, base: str) -> None:
     store.put(f"{base}/big.md", BIG, {}, if_match=etag)
 
 
+class Staged:
+    """A staging file as ``memfs.s3.transfer`` moves it (``memfs.mount.blobs.Blob``'s part)."""
+
+    def __init__(self, size: int) -> None:
+        self.file = tempfile.TemporaryFile()  # noqa: SIM115 (closed with the object)
+        self.file.truncate(size)
+        self.size = size
+
+    @property
+    def fd(self) -> int:
+        return self.file.fileno()
+
+    def known_sha256(self) -> None:
+        return None
+
+    def fill(self, offset: int, data: bytes | memoryview) -> None:
+        os.pwrite(self.fd, data, offset)
+
+    def bytes(self) -> bytes:
+        return os.pread(self.fd, self.size, 0)
+
+
 def put_file(store: Store, s3: Any, base: str) -> None:
     # A big file's one PUT from its staging file (sendfile directly, a reader through boto3).
     etag = s3.put_object(Bucket=BUCKET, Key=f"{base}/staged.md", Body=b"old")["ETag"]
-    with tempfile.TemporaryFile() as staged:
-        staged.write(BIG)
-        staged.flush()
-        store.put_file(f"{base}/staged.md", staged.fileno(), len(BIG), {"memfs-mtime": "1"},
-                       if_match=etag, if_none_match=False)
+    staged = Staged(len(BIG))
+    staged.fill(0, BIG)
+    transfer.upload_streamed(store, f"{base}/staged.md", staged, {"memfs-mtime": "1"},
+                             if_match=etag, if_none_match=False)
+
+
+def get_range(store: Store, s3: Any, base: str) -> None:
+    # A ranged GET of a big file's version into its staging file, conditional on the version.
+    etag = s3.put_object(Bucket=BUCKET, Key=f"{base}/ranged.md", Body=BIG)["ETag"]
+    staged = Staged(len(BIG))
+    start, end = 1000, len(BIG) - 7
+    assert transfer.fetch_range(store, f"{base}/ranged.md", staged, start, end, etag) == \
+        end - start
+    assert staged.bytes()[start:end] == BIG[start:end]
+
+
+def get_range_stale(store: Store, s3: Any, base: str) -> None:
+    s3.put_object(Bucket=BUCKET, Key=f"{base}/moved.md", Body=BIG)
+    transfer.fetch_range(store, f"{base}/moved.md", Staged(len(BIG)), 0, 100, '"0123"')
 
 
 def copy(store: Store, s3: Any, base: str) -> None:
@@ -133,10 +171,12 @@ def get_unchanged(store: Store, s3: Any, base: str) -> None:
 
 
 PROXY_OP = {"put_small": "PUT", "put_large": "PUT", "put_file": "PUT", "copy": "COPY",
-            "delete": "DELETE", "get": "GET", "get_unchanged": "GET"}
+            "delete": "DELETE", "get": "GET", "get_unchanged": "GET", "get_range": "GET",
+            "get_range_stale": "GET"}
 OPS: dict[str, Callable[[Store, Any, str], None]] = {
     "put_small": put_small, "put_large": put_large, "put_file": put_file, "copy": copy,
-    "delete": delete, "get": get, "get_unchanged": get_unchanged}
+    "delete": delete, "get": get, "get_unchanged": get_unchanged, "get_range": get_range,
+    "get_range_stale": get_range_stale}
 
 # case -> (proxy settings, fault rule kind and times, retry-after ms)
 CASES: dict[str, tuple[dict[str, Any], tuple[str, int] | None, int | None]] = {
@@ -159,6 +199,9 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, int] | None, int | None]] = {
 
 def expected(case: str, op: str) -> tuple[str | int, int]:
     """(result, attempts) S3 as AWS would make both paths end with."""
+    if op == "get_range_stale":  # as a ranged GET, but its version is gone: ESTALE, not bytes
+        result, attempts = expected(case, "get_range")
+        return (errno.ESTALE if result == "ok" else result), attempts
     if case.startswith("redirect") or case in ("internal_error", "reset_before", "error_200") \
             or case.startswith(("slow_down", "throttle")):
         return "ok", 2

@@ -487,3 +487,48 @@ def test_a_file_shorter_than_its_range_is_dropped_not_sent_short(serve, tmp_path
             server.pool().request("PUT", "/b/k", {}, http1.FileBody(fd, 0, 200))
     finally:
         os.close(fd)
+
+
+# -- a body streamed to a sink (a big file's ranged GET, into its staging file) ----------------
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+@pytest.mark.parametrize("size", [0, 10, http1.STREAM_BUFFER - 1, 2 * http1.STREAM_BUFFER + 17])
+def test_a_streamed_body_reaches_the_sink_whole_and_in_order(serve, certificate, scheme,
+                                                             size) -> None:
+    data = os.urandom(size)
+    tls = server_tls(certificate) if scheme == "https" else None
+    answer = b"HTTP/1.1 206 Partial Content\r\nContent-Length: %d\r\n\r\n" % size + data
+    server = serve([answer, OK], tls=tls)
+    pool = server.pool(scheme, "localhost" if tls else "127.0.0.1",
+                       ca_bundle=str(certificate[0]) if tls else None)
+    got = bytearray()
+    offsets = []
+
+    def sink(offset: int, chunk: memoryview) -> None:
+        offsets.append(offset)
+        assert offset == len(got) and len(chunk) <= http1.STREAM_BUFFER
+        got.extend(chunk)
+
+    resp = pool.request("GET", "/b/k", {"Range": "bytes=0-"}, sink=sink)
+    assert resp.status == 206 and resp.data == b"" and bytes(got) == data
+    # The connection is kept, and the next answer is read whole as usual.
+    assert pool.request("GET", "/b/k", {}).data == b"ok" and server.connections == 1
+
+
+def test_an_error_answer_is_read_whole_not_streamed(serve) -> None:
+    refused = b"HTTP/1.1 412 Precondition Failed\r\nContent-Length: 7\r\n\r\nrefused"
+    server = serve([refused])
+    seen: list[int] = []
+    resp = server.pool().request("GET", "/b/k", {}, sink=lambda off, chunk: seen.append(off))
+    assert (resp.status, resp.data, seen) == (412, b"refused", [])
+
+
+def test_a_streamed_body_cut_short_is_dropped(serve) -> None:
+    def cut(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 5000)
+        conn.close()
+
+    server = serve([cut])
+    with pytest.raises(http1.Dropped):
+        server.pool().request("GET", "/b/k", {}, sink=lambda off, chunk: None)
