@@ -10,8 +10,9 @@ counts more than speed):
     memfs's close returns once S3 has the object), and ``cp MNT/A COPY`` on another fresh mount
     with an empty cache: both readers read the same object, boto3's (multipart; memfs's own is
     one PUT on Ceph, which conditions only PUTs). Both copies are checked against the local
-    file's sha256 outside the timing. The daemon's peak RSS (``VmHWM``) is read before each unmount. Direct to the server
-    by default (a Python proxy relaying a GiB would time itself); ``--proxy`` counts requests.
+    file's sha256 outside the timing. The daemon's peak RSS (``VmHWM``) is read before each
+    unmount. Direct to the server by default (a Python proxy relaying a GiB would time
+    itself); ``--proxy`` counts requests.
     ``--repeat`` rounds (3) of the four legs, each after a ``sync``, the order of boto3 and
     memfs alternating by round; each leg's median is the result (one leg varies by up to 30%
     on two cores shared with the server).
