@@ -31,12 +31,24 @@ def open_log(path: Path) -> int:
     """``path`` opened for appending (made 0600 if missing): never through a symlink, and only a
     regular file of this user's that nobody else may write. A log in a directory another user
     prepared (a planted symlink to the mounting user's own file, or a file the other user owns
-    and reads) raises ``PermissionError`` naming it, before a line is written."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
+    and reads) raises ``PermissionError`` naming it, before a line is written.
+
+    Trap: opening a FIFO to write blocks until someone opens it to read, so a FIFO planted at
+    the log's path (in a directory another user may write) hung the daemon at its next SIGHUP,
+    and every request with it. ``O_NONBLOCK`` makes that open fail at once (ENXIO), or succeed
+    on a FIFO someone reads, which the check below then refuses."""
+    refused = PermissionError(errno.EPERM, "not a regular file of this user's that only it "
+                              "may write", str(path))
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                     | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise refused from None
+        raise
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         os.close(fd)
-        raise PermissionError(errno.EPERM, "not a regular file of this user's that only it "
-                              "may write", str(path))
+        raise refused
+    os.set_blocking(fd, True)
     return fd

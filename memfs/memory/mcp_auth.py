@@ -57,7 +57,9 @@ def load_or_create_token(path: Path) -> tuple[str, bool]:
                 f.write(token + "\n")
             created = True
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO planted at the path would block the open (and the read) until
+        # someone writes to it; it opens at once and the check below refuses it.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         raise AuthSetupError(f"cannot read the token file {path}: {exc.strerror}") from None
     with open(fd) as f:
@@ -101,7 +103,20 @@ class BearerAuth:
 
 def unix_socket(path: Path) -> socket.socket:
     """A listening Unix socket at ``path``, mode 0600 from its creation on (a stale socket of
-    this user's is replaced; anything else there is refused)."""
+    this user's is replaced; anything else there is refused). Its directory must be one no
+    other user can replace entries in (theirs to write only if it is sticky, like /tmp):
+    otherwise another user could swap the socket for their own, and clients would send them
+    their requests."""
+    try:
+        where = os.stat(path.parent)
+    except OSError as exc:
+        raise AuthSetupError(f"cannot listen on {path}: {exc.strerror}") from None
+    if where.st_uid not in (os.geteuid(), 0) or (
+            where.st_mode & 0o022 and not where.st_mode & stat.S_ISVTX):
+        raise AuthSetupError(
+            f"refusing --socket {path}: another user can replace entries in {path.parent} "
+            f"(mode {stat.S_IMODE(where.st_mode):04o}); fix: a directory of yours others "
+            "cannot write (e.g. `mkdir -m 700`), or a sticky one like /tmp")
     try:
         st = os.lstat(path)
     except FileNotFoundError:

@@ -156,3 +156,71 @@ def test_the_token_is_shown_once_on_a_terminal(tmp_path: Path, monkeypatch) -> N
     again = Terminal()
     monkeypatch.setattr(mcp_server.sys, "stderr", again)
     assert mcp_server._http_token(args) == token and token not in again.getvalue()
+
+
+def _returns_within(fn, seconds: float = 5.0) -> BaseException | object:
+    """What ``fn()`` returned or raised, failing the test if it blocks (a FIFO's open would)."""
+    import threading
+
+    out: list[BaseException | object] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as exc:  # the test looks at it
+            out.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert out, f"blocked for {seconds} s"
+    return out[0]
+
+
+def test_a_fifo_planted_at_the_token_file_is_refused_at_once(tmp_path: Path) -> None:
+    from memfs.memory.mcp_auth import AuthSetupError, load_or_create_token
+
+    fifo = tmp_path / "mcp-token"
+    os.mkfifo(fifo, 0o600)
+    got = _returns_within(lambda: load_or_create_token(fifo))
+    assert isinstance(got, AuthSetupError) and "refusing the token file" in str(got), got
+
+
+@pytest.mark.parametrize(("mode", "refused"), [(0o777, True), (0o770, True), (0o1777, False),
+                                               (0o755, False), (0o700, False)])
+def test_a_socket_where_another_user_could_swap_it_is_refused(tmp_path: Path, mode: int,
+                                                              refused: bool) -> None:
+    from memfs.memory.mcp_auth import AuthSetupError, unix_socket
+
+    where = tmp_path / "d"
+    where.mkdir()
+    os.chmod(where, mode)
+    if refused:
+        with pytest.raises(AuthSetupError, match="another user can replace entries"):
+            unix_socket(where / "mcp.sock")
+        assert not (where / "mcp.sock").exists()
+    else:
+        unix_socket(where / "mcp.sock").close()
+        assert stat.S_IMODE((where / "mcp.sock").stat().st_mode) == 0o600
+
+
+def test_a_fifo_planted_at_the_log_is_refused_at_once(tmp_path: Path) -> None:
+    from memfs.private_dirs import open_log
+
+    fifo = tmp_path / "mount.log"
+    os.mkfifo(fifo, 0o600)
+    got = _returns_within(lambda: open_log(fifo))
+    assert isinstance(got, PermissionError) and "not a regular file" in str(got), got
+    # A reader on the FIFO makes the open succeed: the check still refuses it.
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        got = _returns_within(lambda: open_log(fifo))
+        assert isinstance(got, PermissionError), got
+    finally:
+        os.close(reader)
+    # A regular file of this user's opens as before, blocking writes and all.
+    fd = open_log(tmp_path / "real.log")
+    try:
+        assert os.get_blocking(fd) and os.write(fd, b"line\n") == 5
+    finally:
+        os.close(fd)
