@@ -31,6 +31,7 @@ from memfs.cli.text import fmt_size, table
 from memfs.ops import gc
 from memfs.ops.gc import GcError, GcReport
 from memfs.ops.history import fmt_time
+from memfs.printable import escape
 
 
 def register(sub: Any) -> None:
@@ -175,7 +176,7 @@ def render(report: GcReport, *, list_paths: bool = False) -> str:
                    "incomplete multipart upload(s) older than "
                    f"{gc.UPLOAD_AGE.total_seconds() / 3600:.0f} h (a crashed writer's parts)")
     for key, reason in report.failed[:10]:
-        out.append(f"failed: {key}: {reason}")
+        out.append(escape(f"failed: {key}: {reason}"))
     return "\n".join(out)
 
 

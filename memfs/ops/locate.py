@@ -27,6 +27,7 @@ from typing import Any
 from memfs.locations import ConfigError, check_bucket, check_endpoint_url, normalize_prefix
 from memfs.mountinfo import MOUNTINFO, MountEntry, mount_entries
 from memfs.ops.errors import OpError
+from memfs.printable import escape
 from memfs.protocol import FSTYPE as MEMFS_FSTYPE
 from memfs.protocol import XATTR_SOURCE as SOURCE_XATTR
 
@@ -65,10 +66,15 @@ class Target:
         return f"s3://{self.bucket}/{self.key}"
 
     def display(self, rel: str) -> str:
-        """How a key path below the prefix is shown: under the mountpoint when there is one."""
+        """How a key path below the prefix is shown: under the mountpoint when there is one,
+        on one line whatever the key holds (a newline in a key, which S3 allows, would forge a
+        line of its own in a report: escaped, with every other control and bidi character,
+        as ``view`` shows them)."""
         if self.mountpoint is not None:
-            return str(self.mountpoint / rel) if rel else str(self.mountpoint)
-        return rel or "/"
+            shown = str(self.mountpoint / rel) if rel else str(self.mountpoint)
+        else:
+            shown = rel or "/"
+        return escape(shown)
 
     def client(self) -> Any:
         from memfs.s3.client import make_client

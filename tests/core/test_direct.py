@@ -254,8 +254,8 @@ def test_a_copy_answered_200_with_an_error_body_is_retried(s3, s3_reset) -> None
     real = store.direct.pool.request
     calls = []
 
-    def flaky(method, target, headers, body=b""):
-        resp = real(method, target, headers, body)
+    def flaky(method, target, headers, body=b"", **kw):
+        resp = real(method, target, headers, body, **kw)
         calls.append(method)
         if len(calls) == 1:
             resp.data = (b"<?xml version='1.0'?><Error><Code>InternalError</Code><Message>"

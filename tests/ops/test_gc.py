@@ -318,3 +318,24 @@ def test_gc_units_share_the_mount_env_file_and_verify(tmp_path: Path) -> None:
                             cwd=tmp_path, env=verify_env(tmp_path / "man"))
     assert result.stderr == "", result.stderr
     assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.parametrize("mounted", [False, True])
+def test_a_key_with_a_newline_stays_on_its_line_in_the_report(mounted: bool) -> None:
+    """S3 keys may hold a newline (moto's server refuses them, AWS does not): in ``--list`` and
+    ``failed:`` lines it is escaped, never a line of its own ("would expire: <forged path>")."""
+    from datetime import UTC
+
+    from memfs.cli.gc import render
+    from memfs.ops.gc import GcReport, Policy, PolicyReport
+    from memfs.ops.locate import Target
+
+    forged = "ops/x.md\nwould expire: /memories/ops/plan.md\x1b]0;owned\x07"
+    target = Target("bkt", "memories/", mountpoint=Path("/m") if mounted else None)
+    report = GcReport(target, datetime(2026, 1, 1, tzinfo=UTC), True, [PolicyReport(
+        Policy("", timedelta(days=1), "1d"), scanned=2, expired=1, bytes=5, paths=[forged])],
+        failed=[(f"memories/{forged}", "AccessDenied\nfailed: nothing")])
+    out = render(report, list_paths=True)
+    listed = [ln for ln in out.splitlines() if ln.startswith("would expire:")]
+    assert len(listed) == 1 and "\\x0a" in listed[0] and "\x1b" not in out, out
+    assert len([ln for ln in out.splitlines() if ln.startswith("failed:")]) == 1, out
