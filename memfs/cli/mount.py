@@ -314,8 +314,10 @@ def log_file_of(args: argparse.Namespace, twins: Twins) -> Path | None:
 
 
 def _log_to(path: Path) -> None:
-    """Send stderr (the log) to `path`, appending; the daemon reopens it on SIGHUP."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Send stderr (the log) to `path`, appending; the daemon reopens it on SIGHUP. Missing
+    directories are made 0700 (``mkdir(parents=True)`` made them 0777 under ``umask 000``:
+    another user could then swap the log)."""
+    private_dirs(path.parent)
     fd = open_log(path)
     sys.stderr.flush()
     os.dup2(fd, 2)

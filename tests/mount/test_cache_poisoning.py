@@ -140,3 +140,19 @@ def test_a_log_path_another_user_prepared_is_never_written(
         assert victim.read_text() == "the user's own file\n"
         assert (cache / f"mount-{tag}.log").is_symlink() or (
             cache / f"mount-{tag}.log").read_text() == ""
+
+
+def test_a_log_files_missing_directories_are_private_under_umask_000(tmp_path: Path) -> None:
+    """``--log-file`` in directories that do not exist yet: made 0700 whatever the umask (0777
+    ones let another user swap the log for a FIFO that hung the daemon at its next SIGHUP)."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "a" / "b" / "m.log"
+    code = ("import os, pathlib; os.umask(0); from memfs.cli.mount import _log_to; "
+            f"_log_to(pathlib.Path({str(log)!r})); print('logged', file=__import__('sys').stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert log.read_text() == "logged\n"
+    assert {oct(p.stat().st_mode & 0o777) for p in (log.parent, log.parent.parent)} == {"0o700"}
+    assert log.stat().st_mode & 0o777 == 0o600
