@@ -14,6 +14,7 @@ import errno
 import os
 import shutil
 import stat
+from typing import Any
 
 from memfs.memory import names, view
 from memfs.memory.errors import CommandError, list_error
@@ -109,13 +110,24 @@ def require_regular_file(dir_fd: int, mp: MemoryPath, command: str) -> None:
 
 
 def remove(dir_fd: int, name: str) -> None:
-    """Delete the file or the whole directory `name` under `dir_fd`."""
+    """Delete the file or the whole directory `name` under `dir_fd`.
+
+    Trap: in S3 a directory without a marker object exists only through the keys below it
+    (s3fs, the console and other bucket writers make no markers), so it vanishes the moment
+    its last key is deleted, and a walk that then goes to remove it finds nothing there. An
+    entry of the tree that is already gone is what the delete wants: only the top name
+    missing from the start is an error (FileNotFoundError, from the first ``stat``)."""
     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if stat.S_ISDIR(st.st_mode):
         # With dir_fd, rmtree uses the fd-based walk that never follows symlinks.
-        shutil.rmtree(name, dir_fd=dir_fd)
+        shutil.rmtree(name, dir_fd=dir_fd, onerror=_gone_is_done)
     else:
         os.unlink(name, dir_fd=dir_fd)
+
+
+def _gone_is_done(func: Any, path: str, exc_info: Any) -> None:
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
 
 
 def list_dir(mp: MemoryPath, dir_fd: int) -> str:

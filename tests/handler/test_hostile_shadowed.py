@@ -55,3 +55,20 @@ def test_renaming_a_directory_that_hides_a_file_moves_both(mount_factory, s3, ho
     assert sorted(os.listdir(m)) == ["c"]
     assert (m / "c" / "x.md").read_text() == "in the directory\n"
     assert not os.path.lexists(m / "a")
+
+
+@pytest.mark.parametrize("ttl", ["0", "0.2"])
+def test_deleting_a_planted_chain_without_markers_deletes_it_all(mount_factory, s3,
+                                                                ttl: str) -> None:
+    """Fourth hostile review (F8): directories that exist only through keys below them (no
+    marker: s3fs, the console, any bucket writer) vanish when their last key goes, so the walk
+    of a delete met its own directories gone ("does not exist", most of the tree left)."""
+    chain = "chain/" + "d/" * 12
+    planted = {f"chain/{'d/' * i}f{i}.md" for i in range(0, 13, 3)} | {f"{chain}leaf.md"}
+    for key in planted | {"keep.md"}:
+        s3.put_object(Bucket=BUCKET, Key=key, Body=b"x\n")
+    m = mount_factory("", "--metadata-ttl", ttl)
+    answer = MemoryHandler(m).run({"command": "delete", "path": "/memories/chain"})
+    assert answer == "Successfully deleted /memories/chain"
+    assert keys(s3) == {"keep.md"}
+    assert not os.path.lexists(m / "chain")
