@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,3 +129,34 @@ def test_moves_in_different_directories_do_not_queue_behind_each_other(
     assert not errors
     assert slow.max_in_flight("COPY") >= 4
     assert keys(s3, "agent3/") == ["agent3/", "agent3/archive/", "agent3/archive/note.md"]
+
+
+def test_renaming_a_big_directory_leaves_s3_slots_for_everyone_else(s3, s3_reset: str,
+                                                                   mount_factory) -> None:
+    """Fourth hostile review (F2): a rename of a directory of many keys started a copy task
+    per key, all queued on the mount's S3 limiter (first come, first served): a read elsewhere
+    waited behind the whole rename. Now a few workers copy (half the limiter at most)."""
+    n = 200
+    for i in range(n):
+        s3.put_object(Bucket=BUCKET, Key=f"big/f{i:04d}.md", Body=b"x")
+    s3.put_object(Bucket=BUCKET, Key="other/note.md", Body=b"elsewhere\n")
+    with S3Proxy(s3_reset, delay_s=0.02) as proxy:
+        mount_factory.endpoint = proxy.url
+        m = mount_factory("")
+        assert len(os.listdir(m / "big")) == n and os.listdir(m / "other") == ["note.md"]
+        proxy.reset_counts()
+        mover = threading.Thread(target=os.rename, args=(m / "big", m / "moved"))
+        mover.start()
+        deadline = time.monotonic() + 30
+        while proxy.counts().get("COPY", 0) < 5:  # the rename is under way
+            assert time.monotonic() < deadline and mover.is_alive(), "no COPY was sent"
+            time.sleep(0.005)
+        # Another agent's request meanwhile: a new file elsewhere (a PUT at its close).
+        (m / "other" / "new.md").write_text("written meanwhile\n")
+        mover.join(60)
+        records = proxy.records()
+    assert keys(s3, "moved/") == [f"moved/f{i:04d}.md" for i in range(n)]
+    read = next(r.seq for r in records if r.op == "PUT" and "other/new.md" in r.target)
+    copies_before = sum(1 for r in records if r.op == "COPY" and r.seq < read)
+    assert copies_before < n // 2, copies_before  # not queued behind the rename's copies
+    assert proxy.max_in_flight("COPY") <= 8  # half of the mount's 16 connections
