@@ -315,6 +315,18 @@ def test_statfs_and_du(mnt: Path) -> None:
     assert os.stat(mnt / "f").st_blocks * 512 >= 5000
 
 
+def test_files_ask_for_big_writes_and_directories_do_not(mnt: Path) -> None:
+    """A file's st_blksize is FUSE's largest write (cp and Python size their buffers by it:
+    fewer round trips); a directory's stays 4 KiB (glibc sizes readdir buffers by it)."""
+    (mnt / "f").write_bytes(b"x")
+    (mnt / "d").mkdir()
+    assert os.stat(mnt / "f").st_blksize == 1024 * 1024
+    assert os.stat(mnt / "d").st_blksize == os.stat(mnt).st_blksize == 4096
+    # Python's open() takes it as its buffer size, as cp and stdio do.
+    with open(mnt / "big", "wb") as f:
+        assert f.raw._blksize == 1024 * 1024  # type: ignore[attr-defined]
+
+
 def test_read_only_mount_refuses_changes(mount_factory, s3) -> None:
     s3.put_object(Bucket=BUCKET, Key="kept.md", Body=b"kept")
     ro = mount_factory("", "--read-only")
