@@ -14,8 +14,9 @@ only an input to the request's signature: S3 checks the body against it
 (``XAmzContentSHA256Mismatch``), so a wrong one fails the write and never stores wrong bytes.
 
 The thread reads a descriptor of its own (a ``dup``: the blob's may close and be reused while a
-``pread`` is in flight) and ends when the digest is taken, when it gives up, or when the blob
-is dropped (``stop``).
+``pread`` is in flight) and ends when the digest is taken (the upload that asks for it has the
+whole file: later writes go to a copy), when it gives up, or when the blob is dropped
+(``stop``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class PrefixDigest:
         self._hashed = 0  # of which hashed
         self._valid = True
         self._stopped = False
+        self._taken: str | None = None  # the digest, once taken (the thread has ended)
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
 
@@ -59,7 +61,7 @@ class PrefixDigest:
         with self._cond:
             if not self._valid or n == 0:
                 return
-            if off != self.end:
+            if off != self.end or self._taken is not None:
                 self._give_up()
                 return
             self.end += n
@@ -90,7 +92,11 @@ class PrefixDigest:
                 self._cond.wait()
             if not self._valid or self._hashed != size:
                 return None
-            return self._sha.copy().hexdigest()
+            if self._taken is None:
+                self._taken = self._sha.hexdigest()
+                self._stopped = True  # the thread ends; a later write gives up (wrote)
+                self._cond.notify_all()
+            return self._taken
 
     def _give_up(self) -> None:
         self._valid = False
@@ -101,9 +107,9 @@ class PrefixDigest:
         try:
             while True:
                 with self._cond:
-                    while self._valid and self._hashed == self.end:
+                    while self._valid and not self._stopped and self._hashed == self.end:
                         self._cond.wait()
-                    if not self._valid:
+                    if not self._valid or self._stopped:
                         return
                     pos, stop = self._hashed, self.end
                 while pos < stop:  # outside the lock: the writer goes on meanwhile

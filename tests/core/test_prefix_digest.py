@@ -116,3 +116,22 @@ def test_a_write_behind_the_prefix_gives_up_even_when_the_sizes_add_up(tmp_path:
         assert blob.known_sha256() is None
     finally:
         blob.close()
+
+
+def test_the_thread_ends_once_the_digest_is_taken(tmp_path: Path) -> None:
+    """An uploaded blob stays in the content cache: its hashing thread must not stay with it."""
+    blob = Blob.create(tmp_path, digest=True)
+    try:
+        data = os.urandom(700)
+        blob.write(0, data)
+        threads = [t for t in threading.enumerate() if t.name == "memfs-prefix-digest"]
+        want = hashlib.sha256(data).hexdigest()
+        assert blob.known_sha256() == want
+        for t in threads:
+            t.join(5.0)
+        assert blob.digest is not None and not blob.digest._thread.is_alive()
+        assert blob.known_sha256() == want  # asked again (a conflict copy's upload): the same
+        blob.write(700, b"more")  # not after the upload froze it, but if ever: no stale digest
+        assert blob.known_sha256() is None
+    finally:
+        blob.close()
