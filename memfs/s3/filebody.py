@@ -2,7 +2,7 @@
 
 A big file's PutObject (``memfs.s3.transfer.upload_streamed``) sends the first ``size`` bytes of
 the staging file's descriptor: directly as a ``FileBody`` (``memfs.s3.http1`` sends it with
-``sendfile``, signed over ``file_sha256``), or through boto3 as a ``FileReader``. Both read
+``sendfile``, signed over the blob's SHA-256), or through boto3 as a ``FileReader``. Both read
 with ``pread``/``sendfile`` at explicit offsets: the descriptor's file position belongs to its
 owner (``memfs.mount.blobs.Blob``) and is never moved. A file shorter than promised is an error
 (EIO), never a shorter object.
@@ -11,7 +11,6 @@ owner (``memfs.mount.blobs.Blob``) and is never moved. A file shorter than promi
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
 import os
 from dataclasses import dataclass
@@ -31,26 +30,6 @@ class FileBody:
 
     def __len__(self) -> int:
         return self.length
-
-
-#: How much `file_sha256` reads at a time.
-_HASH_CHUNK = 1024 * 1024
-
-
-def file_sha256(fd: int, size: int) -> str:
-    """The SHA-256 (hex) of the first ``size`` bytes of descriptor ``fd`` (``pread``: the file
-    position is left alone); EIO if the file is shorter."""
-    digest = hashlib.sha256()
-    buf = bytearray(_HASH_CHUNK)
-    view = memoryview(buf)
-    pos = 0
-    while pos < size:
-        n = os.preadv(fd, [view[:min(_HASH_CHUNK, size - pos)]], pos)
-        if n == 0:
-            raise OSError(errno.EIO, f"the file to upload ended at {pos} of {size} bytes")
-        digest.update(view[:n])
-        pos += n
-    return digest.hexdigest()
 
 
 class FileReader(io.RawIOBase):

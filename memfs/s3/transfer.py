@@ -37,7 +37,7 @@ from typing import Protocol
 from memfs.s3.direct import sendable
 from memfs.s3.endpoint import normal_etag
 from memfs.s3.errors import StoreError, translate, translate_conditional
-from memfs.s3.filebody import FileBody, FileReader, file_sha256
+from memfs.s3.filebody import FileBody, FileReader
 from memfs.s3.store import BOTO3_PARAM, Store
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,8 @@ class Blob(Protocol):
     def fd(self) -> int: ...
 
     def known_sha256(self) -> str | None: ...
+
+    def sha256(self) -> str: ...
 
     def read(self, offset: int, length: int, /) -> bytes: ...
 
@@ -183,7 +185,7 @@ def upload_streamed(store: Store, path: str, blob: Blob, metadata: dict[str, str
         if store.direct is not None and sendable(key):
             etag = store.direct.put_file(
                 store.bucket, key, FileBody(blob.fd, 0, blob.size),
-                blob.known_sha256() or file_sha256(blob.fd, blob.size),
+                blob.known_sha256() or blob.sha256(),
                 {"Content-Type": "application/octet-stream", **condition,
                  **{f"x-amz-meta-{k}": v for k, v in metadata.items()}})
         else:

@@ -12,6 +12,7 @@ waits are not what is compared), so the matrix runs in seconds.
 from __future__ import annotations
 
 import errno
+import hashlib
 import itertools
 import os
 import tempfile
@@ -113,6 +114,9 @@ class Staged:
 
     def known_sha256(self) -> None:
         return None
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.bytes()).hexdigest()
 
     def fill(self, offset: int, data: bytes | memoryview) -> None:
         os.pwrite(self.fd, data, offset)
