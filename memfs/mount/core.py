@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from memfs.mount.data import DataPath
+from memfs.mount.dirhandles import DirHandles
 from memfs.mount.hiddenkeys import HiddenKeys
 from memfs.mount.listings import ListingCache
 from memfs.mount.loader import Loader
@@ -51,7 +52,8 @@ class MemFSCore(CoreState):
         self.listings = ListingCache(self)
         self.hidden = HiddenKeys(self)
         self.prefetch = Prefetcher(self)
-        self.namespace = Namespace(self, self.listings, self.hidden, self.prefetch)
+        self.namespace = Namespace(self, self.listings, self.hidden)
+        self.dir_handles = DirHandles(self, self.namespace, self.listings, self.prefetch)
         self.loader = Loader(self, self.listings, self.prefetch)
         self.readahead = ReadAhead(self, self.loader)
         self.uploader = Uploader(self, self.listings, self.loader)
@@ -61,10 +63,12 @@ class MemFSCore(CoreState):
         self.xattrs = Transactions(self)
         # The operations (memfs.mount.fs calls them; so do the core's tests).
         ns, data, xattrs = self.namespace, self.data, self.xattrs
+        dh = self.dir_handles
         self.lookup, self.forget, self.getattr, self.readlink = (
             ns.lookup, ns.forget, ns.getattr, ns.readlink)
         self.opendir, self.dir_page, self.dir_entries, self.fsyncdir, self.releasedir = (
-            ns.opendir, ns.dir_page, ns.dir_entries, ns.fsyncdir, ns.releasedir)
+            dh.opendir, dh.dir_page, dh.dir_entries, dh.fsyncdir, dh.releasedir)
+        self.provisional = dh.provisional
         self.mkdir, self.rmdir, self.unlink, self.symlink = (
             ns.mkdir, ns.rmdir, ns.unlink, ns.symlink)
         self.create, self.mknod, self.open, self.read, self.write = (

@@ -45,13 +45,15 @@ class DirStream:
     token: str | None = None
     complete: bool = False
     pages: int = 0
+    # Given up before the end: too many keys no entry shows (``DirHandles._names_until``).
+    abandoned: bool = False
 
     def add(self, page: ListingPage) -> None:
         """Take the next page: its final names are appended to ``names``."""
         final: list[tuple[str, str]] = []  # (where S3 orders it, name)
         mine = self.listing
         mine.has_marker |= page.listing.has_marker
-        mine.unshown |= page.listing.unshown
+        mine.unshown += page.listing.unshown
         for name in page.listing.dirs:
             if name in mine.dirs:
                 continue

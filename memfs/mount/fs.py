@@ -302,7 +302,11 @@ class MemFS(pyfuse3.Operations):
     async def readdir(self, fh: int, start_id: int, token) -> None:
         # One page at a time: the metadata of entries the kernel never asks for is not read.
         for i, name, node in await self.core.dir_page(fh, start_id):
-            if not pyfuse3.readdir_reply(token, name.encode(), self._attrs(node), i + 1):
+            # An entry whose metadata was not read (past the handle's budget) is the LIST's
+            # guess: timeouts of 0 make the kernel look it up before any use.
+            attrs = entry_attributes(node, 0 if self.core.provisional(node) else self.ttl,
+                                     self.mode_limit, self.owner_fallback)
+            if not pyfuse3.readdir_reply(token, name.encode(), attrs, i + 1):
                 break
             if i >= 2:  # '.' and '..' do not count as lookups
                 self.core.inodes.hold(node)

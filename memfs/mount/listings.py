@@ -101,7 +101,7 @@ class ListingCache(Part):
         self._mark_used(dnode)
         known = dnode.listing
         if known is not None and (self.state.fresh(known.fetched_at)
-                                  or len(known.files) + len(known.dirs) <= BIG_DIR):
+                                  or known.keys() <= BIG_DIR):
             return await self.listing(dnode)
         if known is None and self.shared_tree(dnode) is not None:
             return await self.listing(dnode)
@@ -190,7 +190,7 @@ class ListingCache(Part):
             listing = node.listing
             if listing is None:
                 return None
-            entries += len(listing.files) + len(listing.dirs) + 1
+            entries += listing.keys() + 1
             if entries > limit:
                 return None
             for name in listing.dirs:
@@ -343,8 +343,8 @@ class ListingCache(Part):
                 return node
         if for_create and node is None and stale is not None and stale.kind_of(name) is None:
             return None
-        big_and_expired = stale is not None and len(stale.files) + len(
-            stale.dirs) > BIG_DIR and not self.state.fresh(stale.fetched_at)
+        big_and_expired = stale is not None and stale.keys() > BIG_DIR and not self.state.fresh(
+            stale.fetched_at)
         if stale is None and not parent.wide:
             # Never listed here: its first page (or its tree, shared with the directories
             # beside it) is the listing when it holds everything; else the directory is wide
@@ -363,7 +363,7 @@ class ListingCache(Part):
         would answer for it, has expired."""
         own, above = node.listing, parent.listing
         return (node.kind is Kind.DIR and own is not None
-                and len(own.files) + len(own.dirs) <= BIG_DIR
+                and own.keys() <= BIG_DIR
                 and (above is None or not self.state.fresh(above.fetched_at)))
 
     async def _probe(self, parent: Node, name: str) -> Node | None:

@@ -151,7 +151,7 @@ class Loader(Part):
         the node is now confirmed, at the version the listing names."""
         parent = self.state.inodes.at(node.parent_path())
         stale = parent.listing if parent is not None else None
-        if (parent is None or stale is None or len(stale.files) + len(stale.dirs) > BIG_DIR
+        if (parent is None or stale is None or stale.keys() > BIG_DIR
                 or self.state.ttl <= 0):  # with no TTL, nothing a LIST says counts as confirmed
             return False
         listing = await self.listings.listing(parent)

@@ -1,7 +1,7 @@
 """Names: lookups, attributes, directory handles, mkdir/rmdir, unlink, symlinks, special files.
 
 Built on ``listings`` (names resolved against cached LISTs). A LIST cannot carry user metadata: a
-name first met in a listing has default mode and owner until ``_read_metadata`` has read it
+name first met in a listing has default mode and owner until ``read_metadata`` has read it
 (once per mount, before the kernel sees the entry). Concurrent reads of one entry's metadata or
 attributes share one request (``CoreState.flights``).
 """
@@ -13,46 +13,36 @@ import logging
 import stat
 import time
 
-import trio
-
 from memfs import protocol
-from memfs.mount.dirstream import DirStream
 from memfs.mount.hiddenkeys import HiddenKeys
 from memfs.mount.listings import ListingCache
 from memfs.mount.nodes import (
     ROOT_INODE,
     DirCache,
-    DirSnapshot,
     Kind,
     Node,
     child_path,
     kind_of_mode,
     type_bits,
 )
-from memfs.mount.prefetch import Prefetcher
 from memfs.mount.state import Caller, CoreState, Part, fail
 from memfs.s3.errors import StoreError
 from memfs.s3.objectmeta import ObjectInfo
 
 log = logging.getLogger(__name__)
 
-# Files up to this size are read whole when their metadata is first needed (see _read_metadata).
+# Files up to this size are read whole when their metadata is first needed (see read_metadata).
 SMALL_FILE = 256 * 1024
-# How many entries' metadata one readdir reads at most (concurrently): a kernel readdirplus
-# reply holds a few dozen entries, and a reader that stops early must not pay for the rest.
-READDIR_PAGE = 128
 
 
 class Namespace(Part):
     """Names and attributes (see the module docstring), resolved against the listing cache; a
     part of the mount's core."""
 
-    def __init__(self, state: CoreState, listings: ListingCache, hidden: HiddenKeys,
-                 prefetch: Prefetcher) -> None:
+    def __init__(self, state: CoreState, listings: ListingCache, hidden: HiddenKeys) -> None:
         super().__init__(state)
         self.listings = listings
         self.hidden = hidden
-        self.prefetch = prefetch  # learns each readdir's order (dir_page)
 
     async def _new_name(self, parent_inode: int, name: str, *,
                         directory: bool) -> tuple[Node, str]:
@@ -97,14 +87,14 @@ class Namespace(Part):
         else:
             found = await self.listings.resolve(parent, name)
             if found is not None and not found.meta_known and not self.state.is_local(found):
-                found = await self._read_metadata(found)
+                found = await self.read_metadata(found)
             if found is None:
                 return None
             node = found
         self.inodes.hold(node)
         return node
 
-    async def _read_metadata(self, node: Node) -> Node | None:
+    async def read_metadata(self, node: Node) -> Node | None:
         """Learn an entry's stored mode/owner/mtime, once per mount, before the kernel sees it.
 
         One LIST cannot carry user metadata, so a name first met in a listing has defaults. The
@@ -192,7 +182,7 @@ class Namespace(Part):
             raise fail(errno.ENOENT)  # the name is gone and nothing holds the file open
         if node.kind is Kind.DIR:
             if not node.meta_known and inode != ROOT_INODE:
-                await self._read_metadata(node)  # one HEAD of its marker, once per mount
+                await self.read_metadata(node)  # one HEAD of its marker, once per mount
             return node, True
         if node.detached or inode in self.handles.shared or (
                 self.state.fresh(node.validated_at) and node.meta_known):
@@ -237,152 +227,6 @@ class Namespace(Part):
             node.apply_info(info, time.time())
             node.symlink_target = data
         return node.symlink_target
-
-    async def opendir(self, inode: int) -> int:
-        """A handle on the directory; its entries are read at the first `dir_entries`."""
-        self.state.directory(inode)
-        fh = self.handles.new_fh()
-        self.handles.dirs[fh] = (inode, None)
-        return fh
-
-    async def dir_entries(self, fh: int) -> list[tuple[str, Node]]:
-        """``.``, ``..``, then every entry by name (``dir_page`` to the end)."""
-        out: list[tuple[str, Node]] = []
-        start = 0
-        while page := await self.dir_page(fh, start):
-            out += [(name, node) for _, name, node in page]
-            start = page[-1][0] + 1
-        return out
-
-    async def dir_page(self, fh: int, start: int) -> list[tuple[int, str, Node]]:
-        """The entries from offset ``start`` on as (offset, name, node): at least one unless
-        the directory ends, with metadata read for at most ``READDIR_PAGE`` new entries. The
-        names are a snapshot taken as the handle reads: one listing, or the pages of one LIST
-        read as far as the reader got (``ListingCache.readdir_listing``)."""
-        inode, snap = self.handles.dirs[fh]
-        if snap is None:
-            node = self.state.directory(inode)
-            parent = self.inodes.at(node.parent_path()) or node
-            found = await self.listings.readdir_listing(node)
-            if isinstance(found, DirCache):
-                snap = DirSnapshot(node, parent, found, found.names())
-            else:
-                snap = DirSnapshot(node, parent, self._partial(found), found.names, stream=found)
-            self.handles.dirs[fh] = (inode, snap)
-        out = [(i, name, n) for i, name, n in ((0, ".", snap.node), (1, "..", snap.parent))
-               if i >= start]
-        i, shown = max(start, 2), len(out)
-        while len(out) == shown:  # a page of vanished entries: the next one
-            await self._names_until(snap, i - 2 + READDIR_PAGE)
-            total = len(snap.names) + 2
-            if i >= total:
-                break
-            end = min(total, i + READDIR_PAGE)
-            await self._read_page(snap, i - 2, end - 2)
-            out += [(j, snap.names[j - 2], n) for j in range(i, end)
-                    if (n := snap.found[j - 2]) is not None]
-            i = end
-        self.prefetch.remember(snap)
-        return out
-
-    @staticmethod
-    def _partial(stream: DirStream) -> DirCache:
-        """The pages of ``stream`` so far as a listing to read entries from (not installed:
-        a name beyond them is not known absent)."""
-        whole = stream.listing
-        return DirCache(whole.files, whole.dirs, stream.arrived, whole.has_marker, stream.started,
-                        whole.shadowed, whole.unshown)
-
-    async def _names_until(self, snap: DirSnapshot, count: int) -> None:
-        """Read the snapshot's LIST on until it has ``count`` names or has ended. Once it ends
-        the listing installed takes over, and the names this mount added meanwhile (files
-        being written, changes made since the LIST began) come last."""
-        stream = snap.stream
-        if stream is None:
-            return
-        async with snap.lock:
-            while not stream.complete and len(snap.names) < count:
-                installed = await self.listings.stream_more(snap.node, stream)
-                if installed is not None:
-                    seen = set(snap.names)
-                    snap.names += [name for name in installed.names() if name not in seen]
-                    snap.listing = installed
-
-    async def _read_page(self, snap: DirSnapshot, lo: int, hi: int) -> None:
-        """Nodes, with their stored metadata, for ``snap.names[lo:hi]`` not made yet."""
-        todo = [k for k in range(lo, hi) if k not in snap.found]
-        if not todo:
-            return
-        # While a LIST is read page by page, the pages are S3's: a name this mount removed
-        # since the LIST began is gone (a whole listing replays such changes when installed).
-        streaming = snap.stream is not None and not snap.stream.complete
-        children = []
-        for k in todo:
-            name = snap.names[k]
-            child = None if streaming and self._removed_since(snap, name) else \
-                self.listings.sync_child(snap.node, name, snap.listing)
-            if child is None:
-                snap.found[k] = None
-            else:
-                children.append((name, child))
-        known = dict(await self._with_metadata(children))
-        for k in todo:
-            if k not in snap.found:
-                snap.found[k] = known.get(snap.names[k])
-
-    @staticmethod
-    def _removed_since(snap: DirSnapshot, name: str) -> bool:
-        assert snap.stream is not None
-        when, what = snap.node.recent.get(name, (0.0, object()))
-        return what is None and when >= snap.stream.started
-
-    async def fsyncdir(self, fh: int) -> None:
-        """Return once S3 has every deferred move into or out of the directory; a move that
-        failed since the last fsync of it is reported here, once (``moves``)."""
-        inode, _entries = self.handles.dirs[fh]
-        node = self.state.node(inode)
-        await self.state.moves.settled(dirs=[node.path])
-        failure = self.state.moves.take_failure(node.path)
-        if failure is not None:
-            raise fail(failure.errno or errno.EIO)
-
-    async def _with_metadata(self, children: list[tuple[str, Node]]) -> list[tuple[str, Node]]:
-        """The entries with their stored type, mode, owner and mtime, read where unknown.
-
-        Trap: readdirplus hands the kernel each entry's attributes, and the kernel keeps an
-        inode's type for good. A LIST carries no metadata, so an entry not read yet would show
-        as a regular 0600 file (a symlink too: `find -type l`, `cp -a`, `tar -c` then go wrong).
-        So every entry this mount has not read is read first, concurrently (bounded by the
-        S3 limiter): once per entry per mount, a GET for a small file (its bytes then wait in
-        the content cache: a view or grep that follows costs nothing), else a HEAD. An entry
-        that vanished meanwhile is left out; any other failure fails the whole opendir rather
-        than show defaults as facts.
-        """
-        unknown = [i for i, (_, n) in enumerate(children)
-                   if not n.meta_known and not self.state.is_local(n)]
-        if not unknown:
-            return children
-        found: list[Node | None] = [n for _, n in children]
-        errors: list[OSError] = []
-
-        async def read(i: int) -> None:
-            try:
-                found[i] = await self._read_metadata(children[i][1])
-            except OSError as exc:
-                errors.append(exc)
-
-        async with trio.open_nursery() as nursery:
-            for i in unknown:
-                nursery.start_soon(read, i)
-        if errors:
-            raise errors[0]
-        return [(name, n) for (name, _), n in zip(children, found, strict=True) if n is not None]
-
-    def releasedir(self, fh: int) -> None:
-        _inode, snap = self.handles.dirs.pop(fh, (0, None))
-        for node in (snap.found.values() if snap is not None else ()):
-            if node is not None and node.nlookup == 0:
-                self.inodes.forget(node.inode, 0)
 
     async def mkdir(self, parent_inode: int, text: str, mode: int, ctx: Caller) -> Node:
         async with self.state.ns_locks.claim(dirs=[self.state.directory(parent_inode).path]):

@@ -73,11 +73,17 @@ class DirCache:
     # Files S3 holds under the name of a subdirectory, hidden by it (Store._prefer_directories):
     # removing that directory removes them too, so the name does not come back as a file.
     shadowed: dict[str, ObjectInfo] = field(default_factory=dict)
-    # S3 holds keys under it that no entry shows (``Listing.unshown``): rmdir removes them.
-    unshown: bool = False
+    # How many keys S3 holds under it that no entry shows (``Listing.unshown``): rmdir removes
+    # them.
+    unshown: int = 0
 
     def names(self) -> list[str]:
         return sorted(self.dirs | self.files.keys())
+
+    def keys(self) -> int:
+        """How many entries its LIST held, shown or not: what re-listing it costs (a
+        directory of keys no entry shows is as big as one of files, ``BIG_DIR``)."""
+        return len(self.files) + len(self.dirs) + self.unshown
 
     def kind_of(self, name: str) -> Kind | None:
         if name in self.dirs:
@@ -99,7 +105,7 @@ class DirCache:
             self.files[name] = what
 
 
-@dataclass
+@dataclass(slots=True)  # one per entry the kernel was shown: 100,000 in a planted directory
 class Node:
     """What this mount knows of one file, directory or symlink.
 
@@ -240,6 +246,9 @@ class DirSnapshot:
     lock: trio.Lock = field(default_factory=trio.Lock)
     # How many of ``names`` the prefetch has recorded the order of (Prefetcher.remember).
     ordered: int = 0
+    # How many entries' stored metadata this handle has read (``DirHandles.dir_page``): past
+    # ``READDIR_METADATA_BUDGET`` entries go to the kernel as the LIST showed them.
+    metadata_reads: int = 0
 
 
 def mode_limit(allow_other: bool, file_mode: int, dir_mode: int) -> int | None:

@@ -1,7 +1,7 @@
 """Cold reads of many files: fetch the next files of a directory ahead while it is read in order.
 
 A directory's first ``readdir`` on a mount already GETs every small file whose metadata it has
-not read (``Namespace._with_metadata``, up to ``SMALL_FILE``): a ``grep -r`` that follows finds
+not read (``DirHandles._with_metadata``, up to ``SMALL_FILE``): a ``grep -r`` that follows finds
 their bytes in the content cache. Files above that size, and files whose bytes the cache no
 longer holds, are still fetched one at a time as the kernel opens them. This part fetches them
 ahead:

@@ -54,9 +54,14 @@ class Listing:
     has_marker: bool = False
     # Files hidden by a directory of the same name (``_prefer_directories``), by name.
     shadowed: dict[str, ObjectInfo] = field(default_factory=dict)
-    # Keys under it that no entry shows (a name `keynames.valid_name` skips: too long, 'a//b', '.'):
-    # removing the directory must remove them, or it stays in S3 (rmdir).
-    unshown: bool = False
+    # How many keys (or common prefixes) under it no entry shows (a name `keynames.valid_name`
+    # skips: too long, 'a//b', '.'; s3fs's `name_$folder$`): removing the directory must remove
+    # them, or it stays in S3 (rmdir); and they cost LIST pages like shown entries.
+    unshown: int = 0
+
+    def keys(self) -> int:
+        """How many entries the LIST held, shown or not (what re-listing it costs)."""
+        return len(self.files) + len(self.dirs) + self.unshown
 
     def empty(self) -> bool:
         return not self.files and not self.dirs
@@ -189,7 +194,7 @@ class Store:
             listing.files.update(page.listing.files)
             listing.dirs |= page.listing.dirs
             listing.has_marker |= page.listing.has_marker
-            listing.unshown |= page.listing.unshown
+            listing.unshown += page.listing.unshown
             token = page.token
             if token is None:
                 break
@@ -220,7 +225,7 @@ class Store:
             if valid_name(rel[:-1]):
                 listing.dirs.add(rel[:-1])
             else:
-                listing.unshown = True
+                listing.unshown += 1
         for obj in resp.get("Contents", ()):
             name = obj["Key"][len(prefix):]
             reach = max(reach, name)
@@ -231,7 +236,7 @@ class Store:
                                                  etag=normal_etag(obj["ETag"]),
                                                  mtime=obj["LastModified"].timestamp())
             else:
-                listing.unshown = True
+                listing.unshown += 1
         more = resp.get("IsTruncated") and resp.get("NextContinuationToken")
         return ListingPage(listing, reach, more or None)
 
@@ -266,7 +271,7 @@ class Store:
             where = ""
             for name in dirs:
                 if not valid_name(name):
-                    tree[where].unshown = True
+                    tree[where].unshown += 1
                     break
                 tree[where].dirs.add(name)
                 where = f"{where}/{name}" if where else name
@@ -279,7 +284,7 @@ class Store:
                         size=int(obj["Size"]), etag=normal_etag(obj["ETag"]),
                         mtime=obj["LastModified"].timestamp())
                 else:
-                    tree[where].unshown = True
+                    tree[where].unshown += 1
         for where, listing in tree.items():
             _prefer_directories(listing, f"{prefix}{where}/" if where else prefix)
         return tree

@@ -7,6 +7,7 @@ docs/PERFORMANCE.md)."""
 from __future__ import annotations
 
 import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from memfs.memory.commands import MemoryHandler
 from memfs.memory.view import MAX_VIEW_DIRS, MAX_VIEW_NAMES, VIEW_CHAR_LIMIT
-from memfs.mount.namespace import READDIR_PAGE
+from memfs.mount.dirhandles import READDIR_METADATA_BUDGET, READDIR_PAGE
 from tests.conftest import BUCKET
 from tests.support.s3proxy import S3Proxy
 
@@ -145,3 +146,32 @@ def test_planted_subdirectories_cost_the_daemon_a_list_per_opened_one(
     # The directory's own LIST and the root's, then one per subdirectory opened (before: one
     # per subdirectory, n).
     assert counts.get("LIST", 0) <= MAX_VIEW_DIRS + 2 < n, counts
+
+
+def test_ls_of_a_planted_directory_reads_a_bounded_number_of_entries_metadata(
+        s3, s3_reset: str, mount_factory) -> None:
+    """Fourth hostile review, F3: `ls -f` of 100,000 planted files cost a GET each (658 s on
+    moto). Past READDIR_METADATA_BUDGET entries per handle, the kernel gets the LIST's
+    attributes with timeouts of 0, so a use of one looks it up first: a symlink planted past the
+    budget still lstat()s and readlink()s as one."""
+    n = READDIR_METADATA_BUDGET + 300
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: s3.put_object(Bucket=BUCKET, Key=f"big/n{i:05d}.md", Body=b"x"),
+                      range(n)))
+    s3.put_object(Bucket=BUCKET, Key="big/z-link", Body=b"n00001.md",
+                  Metadata={"mode": str(stat.S_IFLNK | 0o777)})
+    with S3Proxy(s3_reset) as proxy:
+        mount_factory.endpoint = proxy.url
+        m = mount_factory("", "--metadata-ttl", "30")
+        proxy.reset_counts()
+        names = os.listdir(m / "big")
+        counts = proxy.counts()
+        assert len(names) == n + 1
+        # The budget's entries, and the directory's own marker (HEAD); before: all n + 1.
+        assert counts.get("GET", 0) + counts.get("HEAD", 0) <= READDIR_METADATA_BUDGET + 1, counts
+        link = m / "big" / "z-link"
+        assert stat.S_ISLNK(os.lstat(link).st_mode)
+        assert os.readlink(link) == "n00001.md"
+        assert (m / "big" / "z-link").read_text() == "x"
+        last = os.stat(m / "big" / f"n{n - 1:05d}.md")
+        assert stat.S_ISREG(last.st_mode) and last.st_size == 1

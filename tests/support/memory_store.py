@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 from memfs.s3.endpoint import Capabilities
 from memfs.s3.errors import NotModified, StoreError
+from memfs.s3.keynames import unshown_key, valid_name
 from memfs.s3.objectmeta import ObjectInfo, info_from_metadata
 from memfs.s3.store import LIST_PAGE, Listing, ListingPage
 
@@ -79,7 +80,7 @@ class MemoryStore:
         with self._lock:
             listing = self._list_dir(path)
             # One request per page of 1,000 entries, as S3 answers a delimited LIST.
-            entries = len(listing.files) + len(listing.dirs) + len(listing.shadowed)
+            entries = listing.keys() + len(listing.shadowed)
             self.calls["LIST"] += max(1, -(-entries // LIST_PAGE))
             return listing
 
@@ -102,6 +103,8 @@ class MemoryStore:
             for rest in page:
                 if rest == "":
                     listing.has_marker = True
+                elif not valid_name(rest[:-1]) if rest.endswith("/") else unshown_key(rest):
+                    listing.unshown += 1
                 elif rest.endswith("/"):
                     listing.dirs.add(rest[:-1])
                 else:
@@ -132,6 +135,8 @@ class MemoryStore:
             rest = key[len(prefix):]
             if rest == "":
                 listing.has_marker = True
+            elif unshown_key(rest):
+                listing.unshown += 1
             elif "/" in rest:
                 listing.dirs.add(rest.split("/", 1)[0])
             else:  # like S3, a LIST carries no user metadata

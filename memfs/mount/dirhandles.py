@@ -1,0 +1,220 @@
+"""Directory handles: opendir, the pages of readdir, fsyncdir, releasedir.
+
+A handle's entries are a snapshot (``DirSnapshot``) taken as the kernel reads: one listing, or
+the pages of one LIST read only as far as the reader got, so a directory a bucket writer filled
+with 100,000 entries costs a reader that stops early (the memory tool's bounded view, ``ls |
+head``) only what it read. Each page of entries handed to the kernel (readdirplus: attributes
+included) has its stored metadata read first (``Namespace.read_metadata``), within a budget per
+handle; past it entries are ``provisional`` and the kernel is told to look them up before use.
+Keys no entry can show stop a listing once too many were read (``UNSHOWN_KEYS_READ``).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+
+import trio
+
+from memfs.mount.dirstream import DirStream
+from memfs.mount.listings import ListingCache
+from memfs.mount.namespace import Namespace
+from memfs.mount.nodes import DirCache, DirSnapshot, Node
+from memfs.mount.prefetch import Prefetcher
+from memfs.mount.state import CoreState, Part, fail
+
+log = logging.getLogger(__name__)
+
+# How many entries' metadata one readdir reads at most (concurrently): a kernel readdirplus
+# reply holds a few dozen entries, and a reader that stops early must not pay for the rest.
+READDIR_PAGE = 128
+# How many entries' metadata one directory handle reads at most. Past it, entries go to the
+# kernel as the LIST showed them (``provisional``): `ls -f` of a directory a bucket writer filled
+# with 100,000 objects cost a GET each (658 s on moto, fourth hostile review), for names nobody
+# opened. A directory of a working agent's memories stays far below it.
+READDIR_METADATA_BUDGET = 4096
+# How many keys no entry can show (names too long, 'a//b', s3fs's `x_$folder$`) one readdir
+# handle reads past before it stops: a bucket writer's 30,000 such keys made every view of
+# their directory read 30 LIST pages to show one file (fourth hostile review). The entries
+# after them are not listed (a lookup still finds them: the directory is probed, name by name).
+UNSHOWN_KEYS_READ = 5000
+
+
+class DirHandles(Part):
+    """Directory handles (see the module docstring); a part of the mount's core."""
+
+    def __init__(self, state: CoreState, namespace: Namespace, listings: ListingCache,
+                 prefetch: Prefetcher) -> None:
+        super().__init__(state)
+        self.namespace = namespace
+        self.listings = listings
+        self.prefetch = prefetch  # learns each readdir's order (dir_page)
+
+    async def opendir(self, inode: int) -> int:
+        """A handle on the directory; its entries are read at the first `dir_entries`."""
+        self.state.directory(inode)
+        fh = self.handles.new_fh()
+        self.handles.dirs[fh] = (inode, None)
+        return fh
+
+    async def dir_entries(self, fh: int) -> list[tuple[str, Node]]:
+        """``.``, ``..``, then every entry by name (``dir_page`` to the end)."""
+        out: list[tuple[str, Node]] = []
+        start = 0
+        while page := await self.dir_page(fh, start):
+            out += [(name, node) for _, name, node in page]
+            start = page[-1][0] + 1
+        return out
+
+    async def dir_page(self, fh: int, start: int) -> list[tuple[int, str, Node]]:
+        """The entries from offset ``start`` on as (offset, name, node): at least one unless
+        the directory ends, with metadata read for at most ``READDIR_PAGE`` new entries. The
+        names are a snapshot taken as the handle reads: one listing, or the pages of one LIST
+        read as far as the reader got (``ListingCache.readdir_listing``)."""
+        inode, snap = self.handles.dirs[fh]
+        if snap is None:
+            node = self.state.directory(inode)
+            parent = self.inodes.at(node.parent_path()) or node
+            found = await self.listings.readdir_listing(node)
+            if isinstance(found, DirCache):
+                snap = DirSnapshot(node, parent, found, found.names())
+            else:
+                snap = DirSnapshot(node, parent, self._partial(found), found.names, stream=found)
+            self.handles.dirs[fh] = (inode, snap)
+        out = [(i, name, n) for i, name, n in ((0, ".", snap.node), (1, "..", snap.parent))
+               if i >= start]
+        i, shown = max(start, 2), len(out)
+        while len(out) == shown:  # a page of vanished entries: the next one
+            await self._names_until(snap, i - 2 + READDIR_PAGE)
+            total = len(snap.names) + 2
+            if i >= total:
+                break
+            end = min(total, i + READDIR_PAGE)
+            await self._read_page(snap, i - 2, end - 2)
+            out += [(j, snap.names[j - 2], n) for j in range(i, end)
+                    if (n := snap.found[j - 2]) is not None]
+            i = end
+        self.prefetch.remember(snap)
+        return out
+
+    @staticmethod
+    def _partial(stream: DirStream) -> DirCache:
+        """The pages of ``stream`` so far as a listing to read entries from (not installed:
+        a name beyond them is not known absent)."""
+        whole = stream.listing
+        return DirCache(whole.files, whole.dirs, stream.arrived, whole.has_marker, stream.started,
+                        whole.shadowed, whole.unshown)
+
+    async def _names_until(self, snap: DirSnapshot, count: int) -> None:
+        """Read the snapshot's LIST on until it has ``count`` names or has ended. Once it ends
+        the listing installed takes over, and the names this mount added meanwhile (files
+        being written, changes made since the LIST began) come last."""
+        stream = snap.stream
+        if stream is None:
+            return
+        async with snap.lock:
+            while not stream.complete and len(snap.names) < count:
+                if stream.listing.unshown > UNSHOWN_KEYS_READ:
+                    if not stream.abandoned:
+                        stream.abandoned = True
+                        log.warning("%s: stopped listing after %d keys no entry can show (names "
+                                    "too long or empty, s3fs markers); the names after them are "
+                                    "not listed", snap.node.path or "/",
+                                    stream.listing.unshown)
+                    return
+                installed = await self.listings.stream_more(snap.node, stream)
+                if installed is not None:
+                    seen = set(snap.names)
+                    snap.names += [name for name in installed.names() if name not in seen]
+                    snap.listing = installed
+
+    async def _read_page(self, snap: DirSnapshot, lo: int, hi: int) -> None:
+        """Nodes, with their stored metadata, for ``snap.names[lo:hi]`` not made yet."""
+        todo = [k for k in range(lo, hi) if k not in snap.found]
+        if not todo:
+            return
+        # While a LIST is read page by page, the pages are S3's: a name this mount removed
+        # since the LIST began is gone (a whole listing replays such changes when installed).
+        streaming = snap.stream is not None and not snap.stream.complete
+        children = []
+        for k in todo:
+            name = snap.names[k]
+            child = None if streaming and self._removed_since(snap, name) else \
+                self.listings.sync_child(snap.node, name, snap.listing)
+            if child is None:
+                snap.found[k] = None
+            else:
+                children.append((name, child))
+        budget = max(0, READDIR_METADATA_BUDGET - snap.metadata_reads)
+        with_metadata, read = await self._with_metadata(children, budget)
+        snap.metadata_reads += read
+        known = dict(with_metadata)
+        for k in todo:
+            if k not in snap.found:
+                snap.found[k] = known.get(snap.names[k])
+
+    @staticmethod
+    def _removed_since(snap: DirSnapshot, name: str) -> bool:
+        assert snap.stream is not None
+        when, what = snap.node.recent.get(name, (0.0, object()))
+        return what is None and when >= snap.stream.started
+
+    async def fsyncdir(self, fh: int) -> None:
+        """Return once S3 has every deferred move into or out of the directory; a move that
+        failed since the last fsync of it is reported here, once (``moves``)."""
+        inode, _entries = self.handles.dirs[fh]
+        node = self.state.node(inode)
+        await self.state.moves.settled(dirs=[node.path])
+        failure = self.state.moves.take_failure(node.path)
+        if failure is not None:
+            raise fail(failure.errno or errno.EIO)
+
+    def provisional(self, node: Node) -> bool:
+        """Whether the node's type, mode and owner are the defaults a LIST implies, not yet
+        read: the kernel is told to check them (lookup, getattr) before using them."""
+        return not node.meta_known and not self.state.is_local(node)
+
+    async def _with_metadata(self, children: list[tuple[str, Node]],
+                             budget: int) -> tuple[list[tuple[str, Node]], int]:
+        """The entries with their stored type, mode, owner and mtime, read where unknown (for
+        at most ``budget`` of them), and how many were read.
+
+        Trap: readdirplus hands the kernel each entry's attributes, and the kernel keeps an
+        inode's type for good. A LIST carries no metadata, so an entry not read yet would show
+        as a regular 0600 file (a symlink too: `find -type l`, `cp -a`, `tar -c` then go wrong).
+        So every entry this mount has not read is read first, concurrently (bounded by the
+        S3 limiter): once per entry per mount, a GET for a small file (its bytes then wait in
+        the content cache: a view or grep that follows costs nothing), else a HEAD. An entry
+        that vanished meanwhile is left out; any other failure fails the whole opendir rather
+        than show defaults as facts.
+
+        Entries past the budget are returned unread (``provisional``): the adapter gives them
+        to the kernel with timeouts of 0, so any use of one (stat, open, a path through it)
+        looks it up first, which reads its metadata then, and a symlink gets its own inode.
+        Only a readdir's own file type (``d_type``: `find -type l`) can be wrong for them.
+        """
+        unknown = [i for i, (_, n) in enumerate(children) if self.provisional(n)][:budget]
+        if not unknown:
+            return children, 0
+        found: list[Node | None] = [n for _, n in children]
+        errors: list[OSError] = []
+
+        async def read(i: int) -> None:
+            try:
+                found[i] = await self.namespace.read_metadata(children[i][1])
+            except OSError as exc:
+                errors.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for i in unknown:
+                nursery.start_soon(read, i)
+        if errors:
+            raise errors[0]
+        return [(name, n) for (name, _), n in zip(children, found, strict=True)
+                if n is not None], len(unknown)
+
+    def releasedir(self, fh: int) -> None:
+        _inode, snap = self.handles.dirs.pop(fh, (0, None))
+        for node in (snap.found.values() if snap is not None else ()):
+            if node is not None and node.nlookup == 0:
+                self.inodes.forget(node.inode, 0)

@@ -1,0 +1,142 @@
+"""Directories a bucket writer filled, in the core (in-memory store, counted requests): a readdir
+reads the metadata of at most ``READDIR_METADATA_BUDGET`` entries per handle and hands the rest
+on unread (provisional: looked up before use), and keys no entry can show stop a listing after
+``UNSHOWN_KEYS_READ`` of them (fourth hostile review of issue #30, F1 and F3)."""
+
+from __future__ import annotations
+
+import stat
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from memfs import protocol
+from memfs.mount import dirhandles
+from memfs.mount.config import MountConfig
+from memfs.mount.core import MemFSCore
+from memfs.mount.nodes import ROOT_INODE, Kind
+from tests.support.memory_store import MemoryStore
+
+TTL = 0.2
+
+
+def read_dir(core: MemFSCore, inode: int) -> list[str]:
+    async def main() -> list[str]:
+        fh = await core.opendir(inode)
+        names = [n for n, _ in (await core.dir_entries(fh))[2:]]
+        core.releasedir(fh)
+        return names
+
+    return trio.run(main)
+
+
+def test_entries_past_the_metadata_budget_are_handed_on_unread(monkeypatch) -> None:
+    monkeypatch.setattr(dirhandles, "READDIR_METADATA_BUDGET", 100)
+    store = MemoryStore()
+    for i in range(300):
+        store.put(f"big/f{i:05d}", b"x", {})
+    # A symlink past the budget: a LIST cannot tell it from a file.
+    store.put("big/f00250", b"target", {protocol.META_MODE: str(stat.S_IFLNK | 0o777)})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        big = await core.lookup(ROOT_INODE, "big")
+        assert big is not None
+        store.calls.clear()
+        fh = await core.opendir(big.inode)
+        entries = (await core.dir_entries(fh))[2:]
+        assert len(entries) == 300
+        # Before: a GET of every entry (300); now the budget's, once per handle.
+        assert store.calls["GET"] + store.calls["HEAD"] == 100, dict(store.calls)
+        unread = [node for _, node in entries if core.provisional(node)]
+        assert len(unread) == 200
+        link = dict(entries)["f00250"]
+        assert core.provisional(link) and link.kind is Kind.FILE  # the LIST's guess
+        # A lookup reads what it is: a symlink, as a new inode (the kernel's was a file).
+        store.calls.clear()
+        found = await core.lookup(big.inode, "f00250")
+        assert found is not None and found.kind is Kind.LINK and found.inode != link.inode
+        assert not core.provisional(found)
+        assert await core.readlink(found.inode) == b"target"
+        assert store.calls["GET"] == 1
+        # getattr of an unread file reads its metadata too (the kernel was told to ask).
+        plain = dict(entries)["f00299"]
+        node, _cacheable = await core.getattr(plain.inode)
+        assert node.meta_known and not core.provisional(node)
+        core.releasedir(fh)
+        core.check_invariants()
+
+    trio.run(main)
+
+
+def test_a_small_directory_is_read_whole_before_the_kernel_sees_it() -> None:
+    store = MemoryStore()
+    for i in range(50):
+        store.put(f"d/f{i:02d}", b"x", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        d = await core.lookup(ROOT_INODE, "d")
+        assert d is not None
+        fh = await core.opendir(d.inode)
+        entries = (await core.dir_entries(fh))[2:]
+        assert not [n for _, n in entries if core.provisional(n)]
+        core.releasedir(fh)
+
+    trio.run(main)
+
+
+def planted(unshown: int) -> MemoryStore:
+    store = MemoryStore()
+    store.put("uns/a.md", b"first", {})
+    for i in range(unshown):
+        store.put(f"uns/x{i:06d}_$folder$", b"", {})  # s3fs's markers: no entry shows them
+    store.put("uns/y" + "l" * 300, b"", {})  # a name too long to show
+    store.put("uns/zz.md", b"last", {})
+    store.calls.clear()
+    return store
+
+
+@pytest.mark.parametrize("unshown", [6_000, 20_000])
+def test_keys_no_entry_shows_stop_a_listing(monkeypatch, unshown: int) -> None:
+    """Before: every readdir read all the pages (7 or 21 LISTs) to show two files."""
+    monkeypatch.setattr(dirhandles, "UNSHOWN_KEYS_READ", 1_500)
+    store = planted(unshown)
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+
+    async def lookup(parent: int, name: str):
+        return await core.lookup(parent, name)
+
+    uns = trio.run(lookup, ROOT_INODE, "uns")
+    assert uns is not None
+    for _ in range(2):  # a first view, and one after the TTL
+        store.calls.clear()
+        names = read_dir(core, uns.inode)
+        # Pages until more than 1,500 unshown keys were read: the first two.
+        assert store.calls["LIST"] == 2, dict(store.calls)
+        assert names == ["a.md"]
+        time.sleep(TTL + 0.05)
+    # A name after them is not listed but is there: a lookup probes it.
+    store.calls.clear()
+    found = trio.run(lookup, uns.inode, "zz.md")
+    assert found is not None and found.size == 4
+    assert store.calls["LIST"] == 1, dict(store.calls)
+    core.check_invariants()
+
+
+def test_an_expired_directory_of_mostly_unshown_keys_is_probed_not_listed_again() -> None:
+    """A directory of 1 file and 1,500 unshown keys is two LIST pages: once expired, a lookup
+    probes the name (1 LIST) as in a directory of 1,500 files, where it re-listed both pages."""
+    store = planted(1_500)
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+    uns = trio.run(core.lookup, ROOT_INODE, "uns")
+    assert uns is not None
+    assert read_dir(core, uns.inode) == ["a.md", "zz.md"]  # read to the end: installed
+    assert uns.listing is not None and uns.listing.unshown == 1_501
+    time.sleep(TTL + 0.05)
+    store.calls.clear()
+    found = trio.run(core.lookup, uns.inode, "zz.md")
+    assert found is not None
+    assert dict(store.calls) == {"LIST": 1}
