@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import logging
 import time
 
@@ -29,6 +30,13 @@ from memfs.s3.errors import StoreError
 from memfs.s3.objectmeta import ObjectInfo
 
 log = logging.getLogger(__name__)
+
+# The most keys a directory rename copies. The kernel holds both parents' locks (and every
+# rename's mutex) until rename(2) returns: a rename of a planted directory of 100,000 keys (a
+# COPY each) held every new lookup in its parent for 10 minutes (fourth hostile review). Past
+# this, rename answers EXDEV, as between two filesystems: `mv` then copies and deletes file by
+# file, holding no lock for long. 10,000 COPYs take well under a minute on AWS.
+RENAME_DIR_KEYS = 10_000
 
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
@@ -265,6 +273,18 @@ class Renames(Part):
         if parent is not None:
             self.state.kernel.forget_entry(parent.inode, node.name())
 
+    async def _keys_to_move(self, src: Node) -> list[str]:
+        """The keys under directory ``src`` (relative to it), or EXDEV past ``RENAME_DIR_KEYS``
+        before anything was copied (``mv`` then copies and deletes file by file)."""
+        walk = self.store.walk_keys(src.path)  # a generator: a LIST page read when needed
+        keys = await self.state.s3(lambda: [
+            rel for rel, _info in itertools.islice(walk, RENAME_DIR_KEYS + 1)])
+        if len(keys) > RENAME_DIR_KEYS:
+            log.warning("rename of %s refused (EXDEV): it holds more than %d keys", src.path,
+                        RENAME_DIR_KEYS)
+            raise fail(errno.EXDEV)
+        return keys
+
     async def _rename_dir(self, src: Node, src_parent: Node, dst_parent: Node, dst_path: str,
                           dst: Node | None) -> None:
         """Copy every object under the directory, then delete the originals (not atomic).
@@ -273,12 +293,11 @@ class Renames(Part):
         with it, hidden at the new name as at the old; left behind, it would show up at the old
         name once the directory had gone (docs/SEMANTICS.md, "A file and a directory of the same
         name"). An empty directory replaced goes as ``rmdir`` would, with the file it hid."""
-        keys = await self.state.s3(lambda: list(self.store.walk_keys(src.path)))
         for of in list(self.handles.shared.values()):
             if of.node.path.startswith(src.path + "/") and (of.dirty or of.is_new):
                 async with of.lock:
                     await self.uploader.upload(of)
-                keys = await self.state.s3(lambda: list(self.store.walk_keys(src.path)))
+        keys = await self._keys_to_move(src)
         hidden = await self.hidden.take_shadowed(src_parent, src.name())
         if dst is not None:
             await self.state.s3(self.store.delete, dst.path, directory=True)
@@ -303,7 +322,7 @@ class Renames(Part):
         pending = iter(keys)
 
         async def copier() -> None:
-            for rel, _info in pending:  # one iterator shared by the workers: each key once
+            for rel in pending:  # one iterator shared by the workers: each key once
                 await copy_one(rel)
 
         async with trio.open_nursery() as nursery:
@@ -312,7 +331,7 @@ class Renames(Part):
             if hidden is not None:
                 nursery.start_soon(copy_hidden, hidden)
         await self.state.s3(self.store.delete_keys,
-                            [f"{src.path}/{rel}" for rel, _ in keys] + moved_hidden)
+                            [f"{src.path}/{rel}" for rel in keys] + moved_hidden)
         if moved_hidden:
             self.content.discard(src.path)
             log.warning("rename %s -> %s: also moved the object %s%s it hid (a file and a "

@@ -1,10 +1,12 @@
 """Directories a bucket writer filled, in the core (in-memory store, counted requests): a readdir
 reads the metadata of at most ``READDIR_METADATA_BUDGET`` entries per handle and hands the rest
 on unread (provisional: looked up before use), and keys no entry can show stop a listing after
-``UNSHOWN_KEYS_READ`` of them (fourth hostile review of issue #30, F1 and F3)."""
+``UNSHOWN_KEYS_READ`` of them, and a directory rename past ``RENAME_DIR_KEYS`` answers EXDEV
+(fourth hostile review of issue #30, F1, F3 and F2)."""
 
 from __future__ import annotations
 
+import errno
 import stat
 import time
 from pathlib import Path
@@ -13,7 +15,7 @@ import pytest
 import trio
 
 from memfs import protocol
-from memfs.mount import dirhandles
+from memfs.mount import dirhandles, rename
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import ROOT_INODE, Kind
@@ -140,3 +142,37 @@ def test_an_expired_directory_of_mostly_unshown_keys_is_probed_not_listed_again(
     found = trio.run(core.lookup, uns.inode, "zz.md")
     assert found is not None
     assert dict(store.calls) == {"LIST": 1}
+
+
+def test_a_directory_rename_past_the_limit_answers_exdev_and_copies_nothing(
+        monkeypatch) -> None:
+    """Fourth hostile review, F2: a rename of 100,000 planted keys held the kernel's locks on
+    its parent for 10 minutes (every new lookup there waited) and listed every key first
+    (+560 MB). Past RENAME_DIR_KEYS it answers EXDEV (`mv` then copies file by file) having
+    read at most that many keys' names; within it, the rename is a COPY per key as before."""
+    monkeypatch.setattr(rename, "RENAME_DIR_KEYS", 1_500)
+    store = MemoryStore()
+    for i in range(2_500):
+        store.put(f"wide/f{i:05d}", b"%d" % i, {})
+    for i in range(1_500):
+        store.put(f"fits/f{i:05d}", b"%d" % i, {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        assert await core.lookup(ROOT_INODE, "wide") is not None
+        store.calls.clear()
+        with pytest.raises(OSError) as refused:
+            await core.rename(ROOT_INODE, "wide", ROOT_INODE, "moved", 0)
+        assert refused.value.errno == errno.EXDEV
+        assert store.calls["COPY"] == 0 and store.calls["DELETE"] == 0
+        assert await core.lookup(ROOT_INODE, "wide") is not None
+        assert await core.lookup(ROOT_INODE, "moved") is None
+        assert await core.lookup(ROOT_INODE, "fits") is not None
+        await core.rename(ROOT_INODE, "fits", ROOT_INODE, "moved", 0)
+        core.check_invariants()
+
+    trio.run(main)
+    assert len([k for k in store.objects if k.startswith("wide/")]) == 2_500
+    assert sorted(k for k in store.objects if k.startswith("moved/")) == [
+        f"moved/f{i:05d}" for i in range(1_500)]
+    assert not any(k.startswith("fits/") for k in store.objects)

@@ -620,6 +620,26 @@ def test_rename_never_overwrites_even_when_the_check_races(
     assert (root / "a.md").read_text() == "A"
 
 
+
+def test_a_directory_too_large_to_rename_in_one_step_says_so(
+    h: MemoryHandler, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """memfs answers EXDEV for a directory of more than 10,000 objects (its kernel lock would
+    be held for the whole copy); the tool says what to do, and nothing moved."""
+    (root / "big").mkdir()
+    (root / "big" / "a.md").write_text("A")
+
+    def too_large(src_fd: int, src: str, dst_fd: int, dst: str) -> None:
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), dst)
+
+    monkeypatch.setattr("memfs.memory.commands.rename_noreplace", too_large)
+    assert err(h, command="rename", old_path="/memories/big", new_path="/memories/moved") == (
+        "Could not rename /memories/big: the directory is too large to move in one step; move "
+        "its contents in smaller parts (EXDEV)."
+    )
+    assert (root / "big" / "a.md").read_text() == "A"
+
+
 # -- input shape ------------------------------------------------------------------------------
 
 
