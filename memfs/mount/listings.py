@@ -29,6 +29,7 @@ new listing replays those made after its LIST started (docs/INTERNALS.md).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import stat
 import time
@@ -45,6 +46,14 @@ log = logging.getLogger(__name__)
 # A directory with more entries than one LIST page: once its listing expires, single names are
 # probed (_probe) instead of re-listing all of it.
 BIG_DIR = 1000
+# The most LIST pages a whole listing (``listing``) reads: a directory this mount knew as one
+# page that a bucket writer has since filled with 20,000 keys cost every lookup in it 21 LISTs
+# (fifth hostile review). Past it the directory is treated as big (``ListingTooBig``).
+WHOLE_LIST_PAGES = 5
+
+
+class ListingTooBig(Exception):
+    """``listing`` stopped after ``WHOLE_LIST_PAGES``: the caller probes or streams instead."""
 # The most keys a tree shared by several directories in use is re-listed with (shared_tree),
 # and how recently a subtree must have been looked up in or read to count as in use, in TTLs.
 SHARED_TREE_KEYS = 4 * LIST_PAGE
@@ -87,11 +96,35 @@ class ListingCache(Part):
             if small is not None and await self._list_tree(dnode, small[0], BIG_DIR):
                 assert dnode.listing is not None
                 return dnode.listing
-            path = dnode.path
-            await self.state.moves.settled(dirs=[path])  # S3 has every move into or out of it
-            started = time.time()
-            listing = await self.state.s3(self.store.list_dir, path)
-            return self._install(dnode, listing, started, time.time())
+            stream = DirStream()
+            while (installed := await self.stream_more(dnode, stream)) is None:
+                if stream.pages >= WHOLE_LIST_PAGES:
+                    # Wide from now on (``stream_more`` marked it): lookups probe, readdirs
+                    # stream; the small listing it outgrew no longer answers.
+                    dnode.listing = None
+                    raise ListingTooBig(dnode.path)
+            return installed
+
+    async def listing_if_empty(self, dnode: Node) -> DirCache | None:
+        """The directory's whole listing when it shows no entry (rmdir, a rename onto it),
+        else None — known from the first LIST page that shows an entry, not after reading all
+        of a planted directory while the kernel holds its parent's lock (fifth hostile review:
+        an rmdir of 100,000 entries read 103 pages to answer ENOTEMPTY). Keys no entry shows
+        are read to the end: rmdir removes them."""
+        found = await self.readdir_listing(dnode)
+        while isinstance(found, DirStream):
+            if found.names or found.pending or self._added_here(dnode, found.started):
+                return None
+            found = await self.stream_more(dnode, found) or found
+        return None if found.names() else found
+
+    def _added_here(self, dnode: Node, since: float) -> bool:
+        """Whether this mount made an entry in the directory that a LIST sent at ``since``
+        may not show (a change since, or a file not uploaded yet)."""
+        if any(what is not None and when >= since for when, what in dnode.recent.values()):
+            return True
+        return any(of.is_new and not of.node.detached and of.node.parent_path() == dnode.path
+                   for of in self.state.handles.states())
 
     async def readdir_listing(self, dnode: Node) -> DirCache | DirStream:
         """What a readdir of the directory starts from: its listing when this mount has one
@@ -100,11 +133,10 @@ class ListingCache(Part):
         a directory of 100,000 entries costs a reader that stops early only what it read."""
         self._mark_used(dnode)
         known = dnode.listing
-        if known is not None and (self.state.fresh(known.fetched_at)
-                                  or known.keys() <= BIG_DIR):
-            return await self.listing(dnode)
-        if known is None and self.shared_tree(dnode) is not None:
-            return await self.listing(dnode)
+        if ((known is not None and (self.state.fresh(known.fetched_at) or known.keys() <= BIG_DIR))
+                or (known is None and self.shared_tree(dnode) is not None)):
+            with contextlib.suppress(ListingTooBig):  # grown since: read as the kernel reads
+                return await self.listing(dnode)
         # The first page under the directory's LIST flight: a lookup racing this readdir waits
         # for it and, when one page held everything, finds the listing installed.
         async with self.state.flights.hold(("LIST", dnode.inode)):
@@ -338,7 +370,8 @@ class ListingCache(Part):
             # The parent's listing has expired: re-list the directory itself rather than its
             # parent. Keys under it prove it exists, and its listing is what the next lookup
             # (of a name inside it) needs: one LIST where re-listing the parent cost two.
-            await self.listing(node)
+            with contextlib.suppress(ListingTooBig):
+                await self.listing(node)
             if self.state.fresh(node.validated_at) and self.inodes.at(node.path) is node:
                 return node
         if for_create and node is None and stale is not None and stale.kind_of(name) is None:
@@ -354,7 +387,10 @@ class ListingCache(Part):
                 return self.sync_child(parent, name, found)
         if big_and_expired or (parent.listing is None and parent.wide):
             return await self._probe(parent, name)
-        listing = await self.listing(parent)
+        try:
+            listing = await self.listing(parent)
+        except ListingTooBig:
+            return await self._probe(parent, name)
         return self.sync_child(parent, name, listing)
 
     def _own_listing_answers(self, parent: Node, node: Node) -> bool:

@@ -20,7 +20,7 @@ import time
 from memfs.mount.blobs import Blob
 from memfs.mount.diskcache import Entry
 from memfs.mount.handles import OpenFile
-from memfs.mount.listings import BIG_DIR, ListingCache
+from memfs.mount.listings import BIG_DIR, ListingCache, ListingTooBig
 from memfs.mount.nodes import Node
 from memfs.mount.prefetch import Prefetcher
 from memfs.mount.state import CoreState, Part, fail
@@ -154,7 +154,10 @@ class Loader(Part):
         if (parent is None or stale is None or stale.keys() > BIG_DIR
                 or self.state.ttl <= 0):  # with no TTL, nothing a LIST says counts as confirmed
             return False
-        listing = await self.listings.listing(parent)
+        try:
+            listing = await self.listings.listing(parent)
+        except ListingTooBig:
+            return False
         return self.listings.sync_child(parent, node.name(), listing) is node and self.state.fresh(
             node.validated_at)
 

@@ -108,7 +108,7 @@ class Renames(Part):
             if dst is not None:
                 if dst.kind is not Kind.DIR:
                     raise fail(errno.ENOTDIR)
-                if (await self.listings.listing(dst)).names():
+                if await self.listings.listing_if_empty(dst) is None:
                     raise fail(errno.ENOTEMPTY)
             self.state.check_key(dst_path, directory=True)
             await self._rename_dir(src, src_parent, dst_parent, dst_path, dst)

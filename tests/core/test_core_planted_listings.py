@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from memfs import protocol
-from memfs.mount import dirhandles, rename
+from memfs.mount import dirhandles, listings, rename
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import ROOT_INODE, Kind
@@ -176,3 +176,70 @@ def test_a_directory_rename_past_the_limit_answers_exdev_and_copies_nothing(
     assert sorted(k for k in store.objects if k.startswith("moved/")) == [
         f"moved/f{i:05d}" for i in range(1_500)]
     assert not any(k.startswith("fits/") for k in store.objects)
+
+
+def test_a_small_directory_a_bucket_writer_filled_is_probed_not_read_whole() -> None:
+    """Fifth hostile review, F9: a directory this mount had listed as one page, filled with
+    20,000 keys since, cost every lookup in it 21 LISTs (the whole listing), and a view of it
+    skipped the cap on keys no entry shows. Now a whole listing stops after WHOLE_LIST_PAGES."""
+    store = MemoryStore()
+    store.put("grow/a.md", b"a", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+    grow = trio.run(core.lookup, ROOT_INODE, "grow")
+    assert grow is not None and read_dir(core, grow.inode) == ["a.md"]
+    for i in range(8_000):
+        store.put(f"grow/x{i:05d}_$folder$", b"", {})
+    time.sleep(TTL + 0.05)
+    store.calls.clear()
+    found = trio.run(core.lookup, grow.inode, "a.md")
+    assert found is not None
+    assert store.calls["LIST"] == listings.WHOLE_LIST_PAGES + 1, dict(store.calls)  # before: 9
+    for _ in range(2):  # then probed: one LIST a lookup
+        time.sleep(TTL + 0.05)
+        store.calls.clear()
+        assert trio.run(core.lookup, grow.inode, "a.md") is not None
+        assert store.calls["LIST"] == 1, dict(store.calls)
+    store.calls.clear()
+    assert read_dir(core, grow.inode) == ["a.md"]  # streamed: the cap on unshown keys holds
+    assert store.calls["LIST"] <= dirhandles.UNSHOWN_KEYS_READ // 1000 + 1, dict(store.calls)
+
+
+@pytest.mark.parametrize("op", ["rmdir", "rename onto"])
+def test_a_full_directory_is_known_not_empty_from_its_first_page(op: str) -> None:
+    """Fifth hostile review, F10: rmdir of (or a rename onto) a planted directory of 100,000
+    entries read all 103 pages, with the kernel holding the parent's lock, to answer
+    ENOTEMPTY. One page showing an entry answers it."""
+    store = MemoryStore()
+    for i in range(5_000):
+        store.put(f"full/f{i:05d}", b"x", {})
+    store.put("empty/", b"", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+
+    async def main() -> None:
+        assert await core.lookup(ROOT_INODE, "full") is not None
+        assert await core.lookup(ROOT_INODE, "empty") is not None
+        store.calls.clear()
+        with pytest.raises(OSError) as refused:
+            if op == "rmdir":
+                await core.rmdir(ROOT_INODE, "full")
+            else:
+                await core.rename(ROOT_INODE, "empty", ROOT_INODE, "full", 0)
+        assert refused.value.errno == errno.ENOTEMPTY
+        assert store.calls["LIST"] == 1, dict(store.calls)  # before: 5
+
+    trio.run(main)
+    assert len([k for k in store.objects if k.startswith("full/")]) == 5_000
+
+
+def test_rmdir_of_a_directory_of_only_unshown_keys_removes_them() -> None:
+    store = planted(1_500)
+    del store.objects["uns/a.md"], store.objects["uns/zz.md"]
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+
+    async def main() -> None:
+        assert await core.lookup(ROOT_INODE, "uns") is not None
+        await core.rmdir(ROOT_INODE, "uns")
+        assert await core.lookup(ROOT_INODE, "uns") is None
+
+    trio.run(main)
+    assert not any(k.startswith("uns/") for k in store.objects)
