@@ -18,7 +18,7 @@ import trio
 
 from memfs.mount.dirstream import DirStream
 from memfs.mount.listings import ListingCache
-from memfs.mount.namespace import Namespace
+from memfs.mount.namespace import SMALL_FILE, Namespace
 from memfs.mount.nodes import DirCache, DirSnapshot, Node
 from memfs.mount.prefetch import Prefetcher
 from memfs.mount.state import CoreState, Part, fail
@@ -38,6 +38,11 @@ READDIR_METADATA_BUDGET = 4096
 # their directory read 30 LIST pages to show one file (fourth hostile review). The entries
 # after them are not listed (a lookup still finds them: the directory is probed, name by name).
 UNSHOWN_KEYS_READ = 5000
+# How many bytes of small files one handle fetches whole to learn their metadata (a GET instead
+# of a HEAD: the bytes wait in the content cache for the reader that usually follows). Past it,
+# a HEAD: a cold view of 2,048 planted files of 256 KiB moved 524 MiB into the content cache,
+# half of it, pushing out the agent's own files (fifth hostile review).
+READDIR_WHOLE_BYTES = 32 * 1024 * 1024
 
 
 class DirHandles(Part):
@@ -146,7 +151,7 @@ class DirHandles(Part):
             else:
                 children.append((name, child))
         budget = max(0, READDIR_METADATA_BUDGET - snap.metadata_reads)
-        with_metadata, read = await self._with_metadata(children, budget)
+        with_metadata, read = await self._with_metadata(snap, children, budget)
         snap.metadata_reads += read
         known = dict(with_metadata)
         for k in todo:
@@ -174,7 +179,7 @@ class DirHandles(Part):
         read: the kernel is told to check them (lookup, getattr) before using them."""
         return not node.meta_known and not self.state.is_local(node)
 
-    async def _with_metadata(self, children: list[tuple[str, Node]],
+    async def _with_metadata(self, snap: DirSnapshot, children: list[tuple[str, Node]],
                              budget: int) -> tuple[list[tuple[str, Node]], int]:
         """The entries with their stored type, mode, owner and mtime, read where unknown (for
         at most ``budget`` of them), and how many were read.
@@ -184,7 +189,8 @@ class DirHandles(Part):
         as a regular 0600 file (a symlink too: `find -type l`, `cp -a`, `tar -c` then go wrong).
         So every entry this mount has not read is read first, concurrently (bounded by the
         S3 limiter): once per entry per mount, a GET for a small file (its bytes then wait in
-        the content cache: a view or grep that follows costs nothing), else a HEAD. An entry
+        the content cache: a view or grep that follows costs nothing) while the handle has
+        fetched less than ``READDIR_WHOLE_BYTES`` so, else a HEAD. An entry
         that vanished meanwhile is left out; any other failure fails the whole opendir rather
         than show defaults as facts.
 
@@ -199,15 +205,18 @@ class DirHandles(Part):
         found: list[Node | None] = [n for _, n in children]
         errors: list[OSError] = []
 
-        async def read(i: int) -> None:
+        async def read(i: int, whole_up_to: int | None) -> None:
             try:
-                found[i] = await self.namespace.read_metadata(children[i][1])
+                found[i] = await self.namespace.read_metadata(children[i][1], whole_up_to)
             except OSError as exc:
                 errors.append(exc)
 
         async with trio.open_nursery() as nursery:
             for i in unknown:
-                nursery.start_soon(read, i)
+                size = children[i][1].size
+                whole = size <= SMALL_FILE and snap.fetched_whole + size <= READDIR_WHOLE_BYTES
+                snap.fetched_whole += size if whole else 0
+                nursery.start_soon(read, i, None if whole else -1)  # None: SMALL_FILE
         if errors:
             raise errors[0]
         return [(name, n) for (name, _), n in zip(children, found, strict=True)

@@ -94,13 +94,14 @@ class Namespace(Part):
         self.inodes.hold(node)
         return node
 
-    async def read_metadata(self, node: Node) -> Node | None:
+    async def read_metadata(self, node: Node, whole_up_to: int | None = None) -> Node | None:
         """Learn an entry's stored mode/owner/mtime, once per mount, before the kernel sees it.
 
         One LIST cannot carry user metadata, so a name first met in a listing has defaults. The
         kernel fixes an inode's file type when it first sees it, so a symlink must be known as
-        one at lookup. Small files are fetched whole (GET) rather than HEADed: same one request,
-        and the bytes wait in the content cache for the open() that usually follows.
+        one at lookup. Small files (up to ``whole_up_to`` bytes; ``SMALL_FILE`` unless the
+        caller says) are fetched whole (GET) rather than HEADed: same one request, and the bytes
+        wait in the content cache for the open() that usually follows.
         Returns the node to use (a new one if the type changed), or None if it is gone.
         """
         async with self.state.flights.hold(node.path):
@@ -109,9 +110,10 @@ class Namespace(Part):
                 # another type replaces this one at the path; a vanished entry leaves none).
                 return node if node.meta_known and not node.detached else \
                     self.inodes.at(node.path)
-            return await self._read_metadata_once(node)
+            return await self._read_metadata_once(
+                node, SMALL_FILE if whole_up_to is None else whole_up_to)
 
-    async def _read_metadata_once(self, node: Node) -> Node | None:
+    async def _read_metadata_once(self, node: Node, whole_up_to: int) -> Node | None:
         await self.state.settled(node.path)
         path = node.path
         now = time.time()
@@ -129,7 +131,7 @@ class Namespace(Part):
         try:
             if cached is not None:
                 info, data = cached
-            elif node.size <= SMALL_FILE:
+            elif node.size <= whole_up_to:
                 data, info = await self.state.s3(self.store.get, path)
             else:
                 info = await self.state.s3(self.store.head, path)

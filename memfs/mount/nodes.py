@@ -249,6 +249,8 @@ class DirSnapshot:
     # How many entries' stored metadata this handle has read (``DirHandles.dir_page``): past
     # ``READDIR_METADATA_BUDGET`` entries go to the kernel as the LIST showed them.
     metadata_reads: int = 0
+    # How many bytes of files it fetched whole for their metadata (``READDIR_WHOLE_BYTES``).
+    fetched_whole: int = 0
 
 
 def mode_limit(allow_other: bool, file_mode: int, dir_mode: int) -> int | None:

@@ -41,6 +41,11 @@ from memfs.s3.bucket import Bucket
 HEAD_WORKERS = 8
 DEFAULT_HISTORY_LIMIT = 50
 DEFAULT_LOG_LIMIT = 200
+# How many candidates for the empty first version of ``> f`` one key's history has checked
+# (two HEADs each), newest first; older ones are shown as they are. A bucket writer's 1,000
+# planted (empty, non-empty) pairs cost `memfs history --limit 5` 2,000 HEADs (fifth hostile
+# review).
+NOISE_CHECKS = 25
 
 
 class HistoryError(OpError):
@@ -169,10 +174,11 @@ def with_metadata(s3: Bucket, versions: Sequence[Version], seen: Seen | None = N
     return [seen[(v.key, v.version_id)] for v in versions]
 
 
-def drop_noise(s3: Bucket, entries: Sequence[Version], seen: Seen) -> list[Version]:
+def drop_noise(s3: Bucket, entries: Sequence[Version], seen: Seen,
+               checks: int = NOISE_CHECKS) -> list[Version]:
     """One key's history without the empty first version of ``> f`` (``memfs.ops.noise``):
-    two HEADs per candidate, to compare the writers."""
-    candidates = empty_first_candidates(entries)
+    two HEADs per candidate, to compare the writers, for the newest ``checks`` candidates."""
+    candidates = empty_first_candidates(entries)[:checks]
     if not candidates:
         return list(entries)
     pairs = [v for i in candidates for v in (entries[i], entries[i - 1])]
@@ -220,7 +226,7 @@ def history(s3: Bucket, target: Target, *, limit: int = DEFAULT_HISTORY_LIMIT,
         raise not_a_file(s3, target)
     seen: Seen = {}
     if not everything:
-        entries = drop_noise(s3, entries, seen)
+        entries = drop_noise(s3, entries, seen, max(NOISE_CHECKS, limit))
     shown = with_metadata(s3, entries[:limit], seen)
     return shown, len(entries) - len(shown)
 

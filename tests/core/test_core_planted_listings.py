@@ -243,3 +243,19 @@ def test_rmdir_of_a_directory_of_only_unshown_keys_removes_them() -> None:
 
     trio.run(main)
     assert not any(k.startswith("uns/") for k in store.objects)
+
+
+def test_a_readdir_fetches_a_bounded_number_of_bytes_whole(monkeypatch) -> None:
+    """Fifth hostile review, F14: a cold view of 2,048 planted files of 256 KiB GOT every one
+    whole (524 MiB into the content cache) to learn their metadata. Past READDIR_WHOLE_BYTES
+    per handle, a HEAD."""
+    monkeypatch.setattr(dirhandles, "READDIR_WHOLE_BYTES", 1_000_000)
+    store = MemoryStore()
+    for i in range(20):
+        store.put(f"fat/f{i:02d}", b"x" * 100_000, {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+    fat = trio.run(core.lookup, ROOT_INODE, "fat")
+    assert fat is not None
+    store.calls.clear()
+    assert len(read_dir(core, fat.inode)) == 20
+    assert (store.calls["GET"], store.calls["HEAD"]) == (10, 10), dict(store.calls)  # was 20, 0

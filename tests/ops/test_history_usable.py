@@ -5,6 +5,7 @@ bucket data in every table and error line is escaped as ``view`` escapes it."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -65,6 +66,29 @@ def test_empty_first_candidates() -> None:
     assert empty_first_candidates([_v("b", 9, 5), _v("a", 1, 0)]) == []  # filled much later
     assert empty_first_candidates([_v("b", 2, 0), _v("a", 1, 0)]) == []
     assert empty_first_candidates([_v("b", 2, None, True), _v("a", 1, 0)]) == []
+
+
+
+def test_planted_noise_pairs_cost_history_a_bounded_number_of_heads(monkeypatch) -> None:
+    """Fifth hostile review, F15: 1,000 planted (empty, non-empty) pairs cost `history
+    --limit 5` 2,000 HEADs. Only the newest NOISE_CHECKS candidates are checked."""
+    heads = []
+
+    def head(_s3: Any, v: Version) -> Version:
+        heads.append(v.version_id)
+        return dataclasses.replace(v, writer="same")
+
+    monkeypatch.setattr(history, "_head_meta", head)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    entries = []  # newest first: content at 2k+1 s, its empty first version at 2k s
+    for k in range(999, -1, -1):
+        entries.append(Version("k", f"full{k}", t0 + timedelta(seconds=2 * k + 1), False,
+                               k == 999, 5))
+        entries.append(Version("k", f"empty{k}", t0 + timedelta(seconds=2 * k), False, False, 0))
+    kept = history.drop_noise(None, entries, {})  # type: ignore[arg-type]
+    assert len(heads) == 2 * history.NOISE_CHECKS  # before: 2,000
+    assert [v.version_id for v in kept[:3]] == ["full999", "full998", "full997"]
+    assert len(kept) == 2000 - history.NOISE_CHECKS
 
 
 def test_default_restore_passes_over_versions_with_the_current_content() -> None:
