@@ -38,7 +38,7 @@ _WRITE_REASONS: dict[int, str] = {
     errno.ENAMETOOLONG: "a file name is too long",
     errno.EBUSY: "the file is busy",
     errno.ETIMEDOUT: "the storage backend timed out",
-    # memfs refuses to rename a directory of more than 10,000 objects in one step (the kernel
+    # memfs refuses to rename a directory of more than 5,000 objects in one step (the kernel
     # would hold its parent's lock for the whole copy): docs/SEMANTICS.md, rename.
     errno.EXDEV: "the directory is too large to move in one step; move its contents in "
                  "smaller parts",

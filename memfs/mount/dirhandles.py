@@ -37,7 +37,7 @@ READDIR_METADATA_BUDGET = 4096
 # handle reads past before it stops: a bucket writer's 30,000 such keys made every view of
 # their directory read 30 LIST pages to show one file (fourth hostile review). The entries
 # after them are not listed (a lookup still finds them: the directory is probed, name by name).
-UNSHOWN_KEYS_READ = 5000
+UNSHOWN_KEYS_READ = 2000  # 5,000 let five such subdirectories cost a view 37 LISTs (fifth review)
 # How many bytes of small files one handle fetches whole to learn their metadata (a GET instead
 # of a HEAD: the bytes wait in the content cache for the reader that usually follows). Past it,
 # a HEAD: a cold view of 2,048 planted files of 256 KiB moved 524 MiB into the content cache,
