@@ -37,6 +37,10 @@ XATTR_ATOMIC = "user.memfs.atomic"
 #: On a directory: a re-applying writer gave up (its edit no longer meant the same on the newest
 #: version), counted for `memfs status`. The value is ignored.
 XATTR_EDIT_REFUSED = "user.memfs.edit-refused"
+#: On a directory: present (value ``1``) when its last readdir stopped before the end, after
+#: too many stored keys no entry can show (docs/SEMANTICS.md, "The trade-off chosen"): the
+#: memory tool's view says the listing is incomplete. Absent (ENODATA) otherwise.
+XATTR_LISTING_CUT = "user.memfs.listing-cut"
 
 # -- object metadata (x-amz-meta-<key>) ----------------------------------------------------------
 META_MODE = "mode"  # decimal st_mode, file type bits included (s3fs-fuse)

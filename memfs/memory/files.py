@@ -19,6 +19,7 @@ from typing import Any
 from memfs.memory import names, view
 from memfs.memory.errors import CommandError, list_error
 from memfs.memory.paths import MemoryPath, open_listable, symlink_refused
+from memfs.protocol import XATTR_LISTING_CUT
 
 #: Largest file view/str_replace/insert will read (anything bigger is refused, not loaded).
 MAX_READ_BYTES = 64 * 1024 * 1024
@@ -136,15 +137,31 @@ def list_dir(mp: MemoryPath, dir_fd: int) -> str:
     vanish while listing are left out."""
     entries = list_entries(mp, dir_fd)
     return view.directory_listing(mp.display, entries, capped=entries.capped,
-                                  unopened=entries.unopened)
+                                  unopened=entries.unopened, cut=entries.cut)
 
 
 class Entries(list[tuple[int, str]]):
     """`list_entries`' answer; `capped`: the walk stopped at `view.MAX_VIEW_NAMES` names;
-    `unopened`: subdirectories listed without their contents (past `view.MAX_VIEW_DIRS`)."""
+    `unopened`: subdirectories listed without their contents (past `view.MAX_VIEW_DIRS`);
+    `cut`: directories memfs stopped listing early (``XATTR_LISTING_CUT``), as shown."""
 
     capped = False
     unopened = 0
+    cut: list[str]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cut = []
+
+
+def listing_was_cut(fd: int) -> bool:
+    """Whether memfs stopped listing the directory open at `fd` before its end (keys a bucket
+    writer planted that no entry can show: docs/SEMANTICS.md). False on other filesystems."""
+    try:
+        os.getxattr(fd, XATTR_LISTING_CUT)
+    except OSError:
+        return False
+    return True
 
 
 def list_entries(mp: MemoryPath, dir_fd: int, rel: str = "", depth: int = 1,
@@ -179,6 +196,8 @@ def list_entries(mp: MemoryPath, dir_fd: int, rel: str = "", depth: int = 1,
                     items.append(item)
         except OSError as err:
             raise list_error(where, err) from err
+        if not entries.capped and listing_was_cut(fd):
+            entries.cut.append(where)
         return sorted(items, key=lambda e: e.name)
 
     def collect(fd: int, rel: str, depth: int) -> None:

@@ -50,13 +50,14 @@ def format_size(n: int) -> str:
 
 
 def directory_listing(display: str, entries: Sequence[tuple[int, str]],
-                      capped: bool = False, unopened: int = 0) -> str:
+                      capped: bool = False, unopened: int = 0, cut: Sequence[str] = ()) -> str:
     """`entries` are (size, relative path, with a trailing `/` for directories), in order.
 
     At most `VIEW_CHAR_LIMIT` characters of entry lines, like a file view; the rest are left
     out with a note saying how many. `capped`: the walk stopped after `MAX_VIEW_NAMES` names,
     so there are more than `entries` (the note says so). `unopened`: how many subdirectories
-    are shown without their contents (past `MAX_VIEW_DIRS`; a note says so).
+    are shown without their contents (past `MAX_VIEW_DIRS`; a note says so). `cut`:
+    directories memfs stopped listing early (a note names them).
     """
     header = (
         f"Here're the files and directories up to 2 levels deep in {display}, "
@@ -86,6 +87,11 @@ def directory_listing(display: str, entries: Sequence[tuple[int, str]],
         lines.append(f"\n[Listing truncated: a view reads at most {MAX_VIEW_NAMES:,} names and "
                      f"this directory holds more; showing the {len(entries):,} entries among "
                      "them. View a subdirectory to see more.]")
+    if cut:
+        lines.append(f"\n[Listing incomplete: the storage stopped listing {', '.join(cut)} early: "
+                     "it holds thousands of stored keys no file name can show (written by "
+                     "another tool), and entries after them are not listed. A file there can "
+                     "still be viewed by its path.]")
     if unopened:
         lines.append(f"\n[Listing shortened: {unopened:,} subdirectories are shown without their "
                      f"contents (a view reads at most {MAX_VIEW_NAMES:,} names and opens at most "

@@ -122,6 +122,7 @@ class DirHandles(Part):
                 if stream.listing.unshown > UNSHOWN_KEYS_READ:
                     if not stream.abandoned:
                         stream.abandoned = True
+                        snap.node.listing_cut = True  # protocol.XATTR_LISTING_CUT
                         log.warning("%s: stopped listing after %d keys no entry can show (names "
                                     "too long or empty, s3fs markers); the names after them are "
                                     "not listed", snap.node.path or "/",

@@ -297,6 +297,7 @@ class ListingCache(Part):
         if dnode.listing is not None and set(dnode.listing.names()) != set(cache.names()):
             self._touch_dir(dnode)  # entries changed elsewhere: as far as we can know, now
         dnode.listing = cache
+        dnode.listing_cut = False  # read to its end
         return cache
 
     def _exists_as_of(self, dnode: Node, when: float) -> None:

@@ -147,6 +147,9 @@ class Node:
     kernel_size: int = -1
     # Set once the name is gone (unlink, rename over it): the node no longer stands for ``path``.
     detached: bool = False
+    # A directory whose last readdir stopped early, past too many keys no entry can show
+    # (``DirHandles._names_until``); cleared when a listing of it is read to the end.
+    listing_cut: bool = False
     listing: DirCache | None = None
     # Its tree outgrew the keys a tree LIST of it was allowed once: it is re-listed delimited
     # from then on (ListingCache).

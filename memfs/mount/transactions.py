@@ -82,6 +82,10 @@ class Transactions(Part):
             if name == XATTR_USAGE:
                 await self.current_usage()
             return self._root_xattrs()[name]
+        if name == protocol.XATTR_LISTING_CUT:
+            if self.state.node(inode).listing_cut:
+                return b"1"
+            raise fail(errno.ENODATA)
         fh = self._handle_of(inode, pid)
         agent = self.handles.files[fh].agent if fh is not None else None
         if name == XATTR_AGENT and agent:

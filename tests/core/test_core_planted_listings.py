@@ -19,6 +19,7 @@ from memfs.mount import dirhandles, listings, rename
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import ROOT_INODE, Kind
+from memfs.protocol import XATTR_LISTING_CUT
 from tests.support.memory_store import MemoryStore
 
 TTL = 0.2
@@ -119,6 +120,8 @@ def test_keys_no_entry_shows_stop_a_listing(monkeypatch, unshown: int) -> None:
         # Pages until more than 1,500 unshown keys were read: the first two.
         assert store.calls["LIST"] == 2, dict(store.calls)
         assert names == ["a.md"]
+        # The directory says its listing was cut (the memory tool's view tells the agent).
+        assert trio.run(core.getxattr, uns.inode, XATTR_LISTING_CUT, 0) == b"1"
         time.sleep(TTL + 0.05)
     # A name after them is not listed but is there: a lookup probes it.
     store.calls.clear()
@@ -136,6 +139,9 @@ def test_an_expired_directory_of_mostly_unshown_keys_is_probed_not_listed_again(
     uns = trio.run(core.lookup, ROOT_INODE, "uns")
     assert uns is not None
     assert read_dir(core, uns.inode) == ["a.md", "zz.md"]  # read to the end: installed
+    with pytest.raises(OSError) as absent:
+        trio.run(core.getxattr, uns.inode, XATTR_LISTING_CUT, 0)
+    assert absent.value.errno == errno.ENODATA
     assert uns.listing is not None and uns.listing.unshown == 1_501
     time.sleep(TTL + 0.05)
     store.calls.clear()

@@ -15,7 +15,7 @@ import pytest
 
 from memfs.memory.commands import MemoryHandler
 from memfs.memory.view import MAX_VIEW_DIRS, MAX_VIEW_NAMES, VIEW_CHAR_LIMIT
-from memfs.mount.dirhandles import READDIR_METADATA_BUDGET, READDIR_PAGE
+from memfs.mount.dirhandles import READDIR_METADATA_BUDGET, READDIR_PAGE, UNSHOWN_KEYS_READ
 from tests.conftest import BUCKET
 from tests.support.s3proxy import S3Proxy
 
@@ -175,3 +175,22 @@ def test_ls_of_a_planted_directory_reads_a_bounded_number_of_entries_metadata(
         assert (m / "big" / "z-link").read_text() == "x"
         last = os.stat(m / "big" / f"n{n - 1:05d}.md")
         assert stat.S_ISREG(last.st_mode) and last.st_size == 1
+
+
+def test_a_view_says_when_memfs_stopped_listing_a_directory(s3, mnt: Path) -> None:
+    """Fifth hostile review, F13: planted keys no entry can show, sorting before an agent's
+    files, make memfs stop listing the directory (a view must not stall); the view said nothing
+    and the directory looked empty. Now it says the listing is incomplete."""
+    # zz.md comes on a LIST page after the one that passes the cap.
+    keys = [f"hide/a{i:05d}_$folder$" for i in range(UNSHOWN_KEYS_READ + 1_500)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda k: s3.put_object(Bucket=BUCKET, Key=k, Body=b""), keys))
+    s3.put_object(Bucket=BUCKET, Key="hide/zz.md", Body=b"hidden")
+    s3.put_object(Bucket=BUCKET, Key="open/zz.md", Body=b"shown")
+    h = MemoryHandler(mnt)
+    out = h.run({"command": "view", "path": "/memories/hide"})
+    assert "zz.md" not in out
+    assert ("[Listing incomplete: the storage stopped listing /memories/hide early" in out), out
+    assert h.run({"command": "view", "path": "/memories/hide/zz.md"}).endswith("1\thidden")
+    shown = h.run({"command": "view", "path": "/memories/open"})
+    assert "/memories/open/zz.md" in shown and "Listing incomplete" not in shown
