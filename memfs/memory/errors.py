@@ -39,9 +39,10 @@ _WRITE_REASONS: dict[int, str] = {
     errno.EBUSY: "the file is busy",
     errno.ETIMEDOUT: "the storage backend timed out",
     # memfs refuses to rename a directory of more than 5,000 objects in one step (the kernel
-    # would hold its parent's lock for the whole copy): docs/SEMANTICS.md, rename.
-    errno.EXDEV: "the directory is too large to move in one step; move its contents in "
-                 "smaller parts",
+    # would hold its parent's lock for the whole copy): docs/SEMANTICS.md, rename. Elsewhere
+    # EXDEV means the move crosses two filesystems: the same advice holds.
+    errno.EXDEV: "it cannot be moved in one step (on memfs: a directory of more than 5,000 "
+                 "objects); move its contents in smaller parts",
 }
 
 

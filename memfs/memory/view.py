@@ -64,6 +64,11 @@ def directory_listing(display: str, entries: Sequence[tuple[int, str]],
         "excluding hidden items and node_modules:"
     )
     base = display.rstrip("/") or display
+    # Said whether or not the entries fit: what is missing is not in `entries` at all.
+    cut_note = (f"\n[Listing incomplete: the storage stopped listing {', '.join(cut)} early: "
+                "it holds thousands of stored keys no file name can show (written by another "
+                "tool), and entries after them are not listed. A file there can still be viewed "
+                "by its path.]") if cut else ""
     lines = [f"{format_size(DIRECTORY_SIZE)}\t{display}"]
     used = len(lines[0])
     for i, (size, rel) in enumerate(entries):
@@ -79,7 +84,7 @@ def directory_listing(display: str, entries: Sequence[tuple[int, str]],
             return (
                 header + "\n" + "\n".join(lines)
                 + f"\n\n[Output truncated at {VIEW_CHAR_LIMIT:,} characters: {count}. View a "
-                "subdirectory to see more.]"
+                "subdirectory to see more.]" + cut_note
             )
         lines.append(line)
         used += 1 + len(line)
@@ -87,11 +92,8 @@ def directory_listing(display: str, entries: Sequence[tuple[int, str]],
         lines.append(f"\n[Listing truncated: a view reads at most {MAX_VIEW_NAMES:,} names and "
                      f"this directory holds more; showing the {len(entries):,} entries among "
                      "them. View a subdirectory to see more.]")
-    if cut:
-        lines.append(f"\n[Listing incomplete: the storage stopped listing {', '.join(cut)} early: "
-                     "it holds thousands of stored keys no file name can show (written by "
-                     "another tool), and entries after them are not listed. A file there can "
-                     "still be viewed by its path.]")
+    if cut_note:
+        lines.append(cut_note)
     if unopened:
         lines.append(f"\n[Listing shortened: {unopened:,} subdirectories are shown without their "
                      f"contents (a view reads at most {MAX_VIEW_NAMES:,} names and opens at most "

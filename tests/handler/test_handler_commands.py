@@ -634,8 +634,8 @@ def test_a_directory_too_large_to_rename_in_one_step_says_so(
 
     monkeypatch.setattr("memfs.memory.commands.rename_noreplace", too_large)
     assert err(h, command="rename", old_path="/memories/big", new_path="/memories/moved") == (
-        "Could not rename /memories/big: the directory is too large to move in one step; move "
-        "its contents in smaller parts (EXDEV)."
+        "Could not rename /memories/big: it cannot be moved in one step (on memfs: a directory "
+        "of more than 5,000 objects); move its contents in smaller parts (EXDEV)."
     )
     assert (root / "big" / "a.md").read_text() == "A"
 

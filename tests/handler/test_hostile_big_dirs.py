@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from memfs.memory.commands import MemoryHandler
-from memfs.memory.view import MAX_VIEW_DIRS, MAX_VIEW_NAMES, VIEW_CHAR_LIMIT
+from memfs.memory.view import MAX_VIEW_DIRS, MAX_VIEW_NAMES, VIEW_CHAR_LIMIT, directory_listing
 from memfs.mount.dirhandles import READDIR_METADATA_BUDGET, READDIR_PAGE, UNSHOWN_KEYS_READ
 from tests.conftest import BUCKET
 from tests.support.s3proxy import S3Proxy
@@ -194,3 +194,16 @@ def test_a_view_says_when_memfs_stopped_listing_a_directory(s3, mnt: Path) -> No
     assert h.run({"command": "view", "path": "/memories/hide/zz.md"}).endswith("1\thidden")
     shown = h.run({"command": "view", "path": "/memories/open"})
     assert "/memories/open/zz.md" in shown and "Listing incomplete" not in shown
+
+
+@pytest.mark.parametrize("entries", [3, 2_000])
+def test_the_incomplete_listing_note_is_kept_when_the_entries_overflow(entries: int) -> None:
+    """The note names what is missing from `entries` altogether, so it comes whether or not
+    the entries shown were truncated at VIEW_CHAR_LIMIT."""
+    listed = [(1, f"d/n{i:05d}.md") for i in range(entries)]
+    out = directory_listing("/memories", listed, cut=["/memories/d"])
+    assert out.endswith("[Listing incomplete: the storage stopped listing /memories/d early: it "
+                        "holds thousands of stored keys no file name can show (written by another "
+                        "tool), and entries after them are not listed. A file there can still be "
+                        "viewed by its path.]")
+    assert ("Output truncated" in out) == (entries == 2_000)
