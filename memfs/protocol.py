@@ -42,6 +42,19 @@ XATTR_EDIT_REFUSED = "user.memfs.edit-refused"
 #: memory tool's view says the listing is incomplete. Absent (ENODATA) otherwise.
 XATTR_LISTING_CUT = "user.memfs.listing-cut"
 
+# -- limits the memory handler's messages quote ---------------------------------------------------
+#: The most keys a directory rename copies; past it rename(2) answers EXDEV before any COPY. The
+#: kernel holds both parents' locks (and every rename's mutex) until rename(2) returns, so this
+#: is sized to a few seconds of COPYs: 100,000 planted keys held every new lookup in the parent
+#: for 10 minutes (fourth hostile review), 10,000 for 54 s and 5,000 for ~25 s on moto (fifth
+#: and sixth). `mv` then copies and deletes file by file, holding no lock for long.
+RENAME_DIR_KEYS = 1_000
+#: The most keys no entry shows (s3fs `name_$folder$` markers, names over 255 bytes) an rmdir
+#: deletes with the directory; past it rmdir answers ENOTEMPTY having deleted nothing — they
+#: are read and deleted (a LIST and a DeleteObjects per 1,000) while the kernel holds the
+#: parent's lock: 30,000 held it 26 s on moto (fifth hostile review, F11).
+RMDIR_UNSHOWN_KEYS = 5_000
+
 # -- object metadata (x-amz-meta-<key>) ----------------------------------------------------------
 META_MODE = "mode"  # decimal st_mode, file type bits included (s3fs-fuse)
 META_UID = "uid"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import errno
 import os
 
+from memfs.protocol import RENAME_DIR_KEYS, RMDIR_UNSHOWN_KEYS
+
 
 class CommandError(Exception):
     """A memory command that could not be carried out. `str(err)` is the text for Claude.
@@ -38,11 +40,16 @@ _WRITE_REASONS: dict[int, str] = {
     errno.ENAMETOOLONG: "a file name is too long",
     errno.EBUSY: "the file is busy",
     errno.ETIMEDOUT: "the storage backend timed out",
-    # memfs refuses to rename a directory of more than 5,000 objects in one step (the kernel
-    # would hold its parent's lock for the whole copy): docs/SEMANTICS.md, rename. Elsewhere
-    # EXDEV means the move crosses two filesystems: the same advice holds.
-    errno.EXDEV: "it cannot be moved in one step (on memfs: a directory of more than 5,000 "
-                 "objects); move its contents in smaller parts",
+    # memfs refuses to rename a directory of more than RENAME_DIR_KEYS objects in one step (the
+    # kernel would hold its parent's lock for the whole copy): docs/SEMANTICS.md, rename.
+    # Elsewhere EXDEV means the move crosses two filesystems: the same advice holds.
+    errno.EXDEV: f"it cannot be moved in one step (on memfs: a directory of more than "
+                 f"{RENAME_DIR_KEYS:,} objects); move its contents in smaller parts",
+    # A delete's last rmdir: another writer added an entry meanwhile, or memfs refused to
+    # delete more than RMDIR_UNSHOWN_KEYS stored keys no entry shows (docs/SEMANTICS.md, rmdir).
+    errno.ENOTEMPTY: f"the directory is not empty: another writer added to it, or (on memfs) it "
+                     f"holds more than {RMDIR_UNSHOWN_KEYS:,} stored objects that no file name "
+                     f"shows, which only an S3 tool can remove",
 }
 
 

@@ -50,7 +50,7 @@ class MemFSCore(CoreState):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.listings = ListingCache(self)
-        self.hidden = HiddenKeys(self)
+        self.hidden = HiddenKeys(self, self.listings)
         self.prefetch = Prefetcher(self)
         self.namespace = Namespace(self, self.listings, self.hidden)
         self.dir_handles = DirHandles(self, self.namespace, self.listings, self.prefetch)

@@ -105,27 +105,6 @@ class ListingCache(Part):
                     raise ListingTooBig(dnode.path)
             return installed
 
-    async def listing_if_empty(self, dnode: Node) -> DirCache | None:
-        """The directory's whole listing when it shows no entry (rmdir, a rename onto it),
-        else None — known from the first LIST page that shows an entry, not after reading all
-        of a planted directory while the kernel holds its parent's lock (fifth hostile review:
-        an rmdir of 100,000 entries read 103 pages to answer ENOTEMPTY). Keys no entry shows
-        are read to the end: rmdir removes them."""
-        found = await self.readdir_listing(dnode)
-        while isinstance(found, DirStream):
-            if found.names or found.pending or self._added_here(dnode, found.started):
-                return None
-            found = await self.stream_more(dnode, found) or found
-        return None if found.names() else found
-
-    def _added_here(self, dnode: Node, since: float) -> bool:
-        """Whether this mount made an entry in the directory that a LIST sent at ``since``
-        may not show (a change since, or a file not uploaded yet)."""
-        if any(what is not None and when >= since for when, what in dnode.recent.values()):
-            return True
-        return any(of.is_new and not of.node.detached and of.node.parent_path() == dnode.path
-                   for of in self.state.handles.states())
-
     async def readdir_listing(self, dnode: Node) -> DirCache | DirStream:
         """What a readdir of the directory starts from: its listing when this mount has one
         fresh, or knows it small enough to re-list whole (``listing``: with its tree or its

@@ -260,7 +260,7 @@ class Namespace(Part):
             # A file moved out of it may still be in S3 under it (moves), and the move may
             # write its marker (keeping it when it empties): the move ends first.
             await self.state.moves.settled(dirs=[node.path])
-            listing = await self.listings.listing_if_empty(node)
+            listing = await self.hidden.listing_if_empty(node)
             if listing is None:
                 raise fail(errno.ENOTEMPTY)
             if listing.unshown:

@@ -26,17 +26,11 @@ from memfs.mount.namespace import Namespace
 from memfs.mount.nodes import Kind, Node, child_path, kind_of_mode
 from memfs.mount.state import CoreState, Part, fail
 from memfs.mount.upload import Uploader
+from memfs.protocol import RENAME_DIR_KEYS
 from memfs.s3.errors import StoreError
 from memfs.s3.objectmeta import ObjectInfo
 
 log = logging.getLogger(__name__)
-
-# The most keys a directory rename copies. The kernel holds both parents' locks (and every
-# rename's mutex) until rename(2) returns: a rename of a planted directory of 100,000 keys (a
-# COPY each) held every new lookup in its parent for 10 minutes (fourth hostile review). Past
-# this, rename answers EXDEV, as between two filesystems: `mv` then copies and deletes file by
-# file, holding no lock for long. 10,000 COPYs held it 54 s on moto (fifth hostile review).
-RENAME_DIR_KEYS = 5_000
 
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
@@ -108,7 +102,7 @@ class Renames(Part):
             if dst is not None:
                 if dst.kind is not Kind.DIR:
                     raise fail(errno.ENOTDIR)
-                if await self.listings.listing_if_empty(dst) is None:
+                if await self.hidden.listing_if_empty(dst) is None:
                     raise fail(errno.ENOTEMPTY)
             self.state.check_key(dst_path, directory=True)
             await self._rename_dir(src, src_parent, dst_parent, dst_path, dst)

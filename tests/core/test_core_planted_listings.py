@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from memfs import protocol
-from memfs.mount import dirhandles, listings, rename
+from memfs.mount import dirhandles, hiddenkeys, listings, rename
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import ROOT_INODE, Kind
@@ -210,6 +210,16 @@ def test_a_small_directory_a_bucket_writer_filled_is_probed_not_read_whole() -> 
     assert store.calls["LIST"] <= dirhandles.UNSHOWN_KEYS_READ // 1000 + 1, dict(store.calls)
 
 
+async def refused_removal(core: MemFSCore, op: str, name: str) -> int | None:
+    """The errno of an rmdir of ``name`` (op "rmdir") or a rename of "empty" onto it."""
+    with pytest.raises(OSError) as refused:
+        if op == "rmdir":
+            await core.rmdir(ROOT_INODE, name)
+        else:
+            await core.rename(ROOT_INODE, "empty", ROOT_INODE, name, 0)
+    return refused.value.errno
+
+
 @pytest.mark.parametrize("op", ["rmdir", "rename onto"])
 def test_a_full_directory_is_known_not_empty_from_its_first_page(op: str) -> None:
     """Fifth hostile review, F10: rmdir of (or a rename onto) a planted directory of 100,000
@@ -225,30 +235,65 @@ def test_a_full_directory_is_known_not_empty_from_its_first_page(op: str) -> Non
         assert await core.lookup(ROOT_INODE, "full") is not None
         assert await core.lookup(ROOT_INODE, "empty") is not None
         store.calls.clear()
-        with pytest.raises(OSError) as refused:
-            if op == "rmdir":
-                await core.rmdir(ROOT_INODE, "full")
-            else:
-                await core.rename(ROOT_INODE, "empty", ROOT_INODE, "full", 0)
-        assert refused.value.errno == errno.ENOTEMPTY
+        assert await refused_removal(core, op, "full") == errno.ENOTEMPTY
         assert store.calls["LIST"] == 1, dict(store.calls)  # before: 5
 
     trio.run(main)
     assert len([k for k in store.objects if k.startswith("full/")]) == 5_000
 
 
-def test_rmdir_of_a_directory_of_only_unshown_keys_removes_them() -> None:
-    store = planted(1_500)
+@pytest.mark.parametrize("unshown", [1_500, 2_999])
+def test_rmdir_of_a_directory_of_only_unshown_keys_removes_them(monkeypatch,
+                                                                 unshown: int) -> None:
+    """Keys no entry shows go with the directory (a bucket writer's key no `rm` reaches must
+    not keep it), read once by the delimited listing and once by the walk that deletes them,
+    each bounded by RMDIR_UNSHOWN_KEYS (fifth hostile review, F11)."""
+    monkeypatch.setattr(hiddenkeys, "RMDIR_UNSHOWN_KEYS", 3_000)
+    store = planted(unshown)  # + the name too long to show: 3,000 at most
     del store.objects["uns/a.md"], store.objects["uns/zz.md"]
     core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
 
     async def main() -> None:
         assert await core.lookup(ROOT_INODE, "uns") is not None
+        store.calls.clear()
         await core.rmdir(ROOT_INODE, "uns")
+        pages = unshown // 1000 + 1
+        assert store.calls["LIST"] <= 2 * pages, dict(store.calls)
+        # A DeleteObjects per 1,000 unshown keys, and one DELETE of its marker.
+        assert store.calls["DELETE"] == pages + 1, dict(store.calls)
         assert await core.lookup(ROOT_INODE, "uns") is None
 
     trio.run(main)
     assert not any(k.startswith("uns/") for k in store.objects)
+
+
+@pytest.mark.parametrize("op", ["rmdir", "rename onto"])
+@pytest.mark.parametrize("listed_whole", [False, True])
+def test_a_directory_of_too_many_unshown_keys_is_not_empty(monkeypatch, op: str,
+                                                            listed_whole: bool) -> None:
+    """Fifth hostile review, F11: an rmdir of 30,000 planted s3fs markers listed them twice
+    and deleted them all while the kernel held the parent's lock (26 s for a lookup in the
+    parent, 70 LISTs). Past RMDIR_UNSHOWN_KEYS: ENOTEMPTY after at most that many keys'
+    pages, nothing deleted; whether this mount had the whole listing or streams it."""
+    monkeypatch.setattr(hiddenkeys, "RMDIR_UNSHOWN_KEYS", 2_000)
+    store = planted(3_000 if listed_whole else 6_000)  # (whole: at most WHOLE_LIST_PAGES)
+    del store.objects["uns/a.md"], store.objects["uns/zz.md"]
+    store.put("empty/", b"", {})
+    before = set(store.objects)
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        uns = await core.lookup(ROOT_INODE, "uns")
+        assert uns is not None and await core.lookup(ROOT_INODE, "empty") is not None
+        if listed_whole:
+            await core.listings.listing(uns)  # the whole listing, held fresh
+        store.calls.clear()
+        assert await refused_removal(core, op, "uns") == errno.ENOTEMPTY
+        assert store.calls["LIST"] <= (0 if listed_whole else 3), dict(store.calls)  # before: 7+7
+        assert await core.lookup(ROOT_INODE, "uns") is not None
+
+    trio.run(main)
+    assert set(store.objects) == before
 
 
 def test_a_readdir_fetches_a_bounded_number_of_bytes_whole(monkeypatch) -> None:

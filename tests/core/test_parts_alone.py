@@ -83,7 +83,7 @@ def test_hidden_keys_find_the_file_a_directory_hides() -> None:
     store.put("a", b"hidden", {})
     store.put("a/b.md", b"shown", {})
     state = CoreState(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
-    hidden = HiddenKeys(state)
+    hidden = HiddenKeys(state, ListingCache(state))
     root = state.inodes[ROOT_INODE]
 
     async def main() -> None:

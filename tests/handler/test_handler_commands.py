@@ -624,7 +624,7 @@ def test_rename_never_overwrites_even_when_the_check_races(
 def test_a_directory_too_large_to_rename_in_one_step_says_so(
     h: MemoryHandler, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """memfs answers EXDEV for a directory of more than 10,000 objects (its kernel lock would
+    """memfs answers EXDEV for a directory of more than 1,000 objects (its kernel lock would
     be held for the whole copy); the tool says what to do, and nothing moved."""
     (root / "big").mkdir()
     (root / "big" / "a.md").write_text("A")
@@ -635,7 +635,7 @@ def test_a_directory_too_large_to_rename_in_one_step_says_so(
     monkeypatch.setattr("memfs.memory.commands.rename_noreplace", too_large)
     assert err(h, command="rename", old_path="/memories/big", new_path="/memories/moved") == (
         "Could not rename /memories/big: it cannot be moved in one step (on memfs: a directory "
-        "of more than 5,000 objects); move its contents in smaller parts (EXDEV)."
+        "of more than 1,000 objects); move its contents in smaller parts (EXDEV)."
     )
     assert (root / "big" / "a.md").read_text() == "A"
 

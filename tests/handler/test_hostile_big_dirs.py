@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from memfs.memory.commands import MemoryHandler
+from memfs.memory.errors import CommandError
 from memfs.memory.view import MAX_VIEW_DIRS, MAX_VIEW_NAMES, VIEW_CHAR_LIMIT, directory_listing
 from memfs.mount.dirhandles import READDIR_METADATA_BUDGET, READDIR_PAGE, UNSHOWN_KEYS_READ
+from memfs.protocol import RENAME_DIR_KEYS, RMDIR_UNSHOWN_KEYS
 from tests.conftest import BUCKET
 from tests.support.s3proxy import S3Proxy
 
@@ -194,6 +196,53 @@ def test_a_view_says_when_memfs_stopped_listing_a_directory(s3, mnt: Path) -> No
     assert h.run({"command": "view", "path": "/memories/hide/zz.md"}).endswith("1\thidden")
     shown = h.run({"command": "view", "path": "/memories/open"})
     assert "/memories/open/zz.md" in shown and "Listing incomplete" not in shown
+
+
+def plant(s3, keys: list[str]) -> None:
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda k: s3.put_object(Bucket=BUCKET, Key=k, Body=b""), keys))
+
+
+def test_a_directory_too_big_to_move_in_one_step_is_refused_before_anything_moves(
+        s3, mnt: Path) -> None:
+    """Fifth hostile review, F12: a rename of 10,000 planted keys held every lookup in the
+    parent for 51 s (the kernel holds its lock for the whole rename). Past RENAME_DIR_KEYS the
+    memory tool's rename is refused with what to do, nothing copied; the directory works on."""
+    plant(s3, [f"wide/f{i:05d}.md" for i in range(RENAME_DIR_KEYS + 1)])
+    h = MemoryHandler(mnt)
+    with pytest.raises(CommandError) as refused:
+        h.run({"command": "rename", "old_path": "/memories/wide", "new_path": "/memories/moved"})
+    assert str(refused.value) == (
+        "Could not rename /memories/wide: it cannot be moved in one step (on memfs: a directory "
+        f"of more than {RENAME_DIR_KEYS:,} objects); move its contents in smaller parts (EXDEV).")
+    paginator = s3.get_paginator("list_objects_v2")
+    left = sum(page["KeyCount"] for page in paginator.paginate(Bucket=BUCKET, Prefix="wide/"))
+    assert left == RENAME_DIR_KEYS + 1
+    assert not s3.list_objects_v2(Bucket=BUCKET, Prefix="moved/").get("KeyCount")
+    assert len(os.listdir(mnt / "wide")) == RENAME_DIR_KEYS + 1
+
+
+def test_deleting_a_directory_of_too_many_keys_no_entry_shows_says_so(s3, mnt: Path) -> None:
+    """Fifth hostile review, F11: deleting a directory of 30,000 planted s3fs markers listed
+    and deleted them all while the kernel held the parent's lock (26 s for a lookup there). Past
+    RMDIR_UNSHOWN_KEYS the delete removes what it shows and says why the directory stays; the
+    markers are left for an S3 tool. Within it, they go with the directory."""
+    plant(s3, [f"uns/x{i:05d}_$folder$" for i in range(RMDIR_UNSHOWN_KEYS + 1)])
+    plant(s3, ["uns/a.md", "few/y_$folder$", "few/b.md"])
+    h = MemoryHandler(mnt)
+    with pytest.raises(CommandError) as refused:
+        h.run({"command": "delete", "path": "/memories/uns"})
+    assert str(refused.value) == (
+        "Could not delete /memories/uns: the directory is not empty: another writer added to it, "
+        f"or (on memfs) it holds more than {RMDIR_UNSHOWN_KEYS:,} stored objects that no file "
+        "name shows, which only an S3 tool can remove (ENOTEMPTY).")
+    assert os.listdir(mnt / "uns") == []  # its file went; the markers stay
+    paginator = s3.get_paginator("list_objects_v2")
+    left = sum(page["KeyCount"] for page in paginator.paginate(Bucket=BUCKET, Prefix="uns/"))
+    assert left == RMDIR_UNSHOWN_KEYS + 1
+    assert h.run({"command": "delete", "path": "/memories/few"}) == (
+        "Successfully deleted /memories/few")
+    assert not s3.list_objects_v2(Bucket=BUCKET, Prefix="few/").get("KeyCount")
 
 
 @pytest.mark.parametrize("entries", [3, 2_000])

@@ -148,10 +148,12 @@ class MemoryStore:
     def walk_keys(self, path: str) -> Iterator[tuple[str, ObjectInfo]]:
         prefix = self.dir_key(path)
         with self._lock:
-            self.calls["LIST"] += 1
             found = [(k[len(prefix):], self._listed(k)) for k in sorted(self.objects)
                      if k.startswith(prefix)]
-        yield from found
+        # As S3's paginator: a LIST per 1,000 keys, sent when the walk gets that far.
+        for start in range(0, max(len(found), 1), 1000):
+            self.calls["LIST"] += 1
+            yield from found[start:start + 1000]
 
     def probe(self, path: str) -> ObjectInfo | bool | None:
         key = self.key(path)
@@ -204,6 +206,6 @@ class MemoryStore:
 
     def delete_keys(self, keys: list[str]) -> None:
         with self._lock:
-            self.calls["DELETE"] += 1
+            self.calls["DELETE"] += max(1, -(-len(keys) // 1000))  # DeleteObjects: 1,000 each
             for k in keys:
                 self.objects.pop(self.prefix + k, None)
