@@ -34,8 +34,8 @@ def too_many_unshown(node: Node) -> OSError:
     """The answer for removing (or renaming onto) a directory of more than
     ``RMDIR_UNSHOWN_KEYS`` keys no entry shows, logged: nothing else tells the operator why a
     directory that looks empty is "not empty"."""
-    log.warning("%s was not removed (ENOTEMPTY): it holds more than %d keys no entry shows; "
-                "remove them with an S3 tool", node.path, RMDIR_UNSHOWN_KEYS)
+    log.warning("%s counts as not empty (ENOTEMPTY): it holds more than %d keys no entry "
+                "shows; remove them with an S3 tool", node.path, RMDIR_UNSHOWN_KEYS)
     return fail(errno.ENOTEMPTY)
 
 
