@@ -91,6 +91,39 @@ def test_planted_noise_pairs_cost_history_a_bounded_number_of_heads(monkeypatch)
     assert len(kept) == 2000 - history.NOISE_CHECKS
 
 
+def test_planted_noise_pairs_in_many_keys_cost_log_only_the_keys_shown(monkeypatch) -> None:
+    """Sixth hostile review, F17: 2,000 keys with a planted (empty, filled) pair each cost
+    `memfs log --limit 5` 4,000 HEADs: every key was checked for noise before the limit
+    applied. Only the keys of the changes shown are checked (and their shown versions HEADed),
+    and what is shown is the same as checking everything."""
+    heads: list[str] = []
+
+    def head(_s3: Any, v: Version) -> Version:
+        heads.append(v.version_id)
+        return dataclasses.replace(v, writer="same")
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    planted = []
+    for k in range(2_000):  # key k: empty at t0 + 10k s, filled a second later
+        key = f"noise/k{k:05d}.md"
+        planted += [Version(key, f"full{k}", t0 + timedelta(seconds=10 * k + 1), False, True, 5),
+                    Version(key, f"empty{k}", t0 + timedelta(seconds=10 * k), False, False, 0)]
+    monkeypatch.setattr(history, "_head_meta", head)
+    monkeypatch.setattr(history, "require_versioning", lambda *a, **k: None)
+    monkeypatch.setattr(history, "_list_versions", lambda s3, base: iter(planted))
+    target = history.Target("bucket")
+    shown, more = history.changes(None, target, t0, limit=5)  # type: ignore[arg-type]
+    assert [(c.path, c.action, c.version.version_id) for c in shown] == [
+        (f"noise/k{k:05d}.md", "created", f"full{k}") for k in range(1_999, 1_994, -1)]
+    assert len(heads) <= 4 * 5, len(heads)  # before: 4,000 (+5)
+    heads.clear()
+    everything, _ = history.changes(None, target, t0, limit=5,  # type: ignore[arg-type]
+                                    everything=True)
+    assert [c.version.version_id for c in everything] == [
+        "full1999", "empty1999", "full1998", "empty1998", "full1997"]
+    assert more >= 1_995
+
+
 def test_default_restore_passes_over_versions_with_the_current_content() -> None:
     cur, twin, old = _v("v3", 3, 4), _v("v2", 2, 4), _v("v1", 1, 2)
     picked, why, skipped = history.pick_version(
