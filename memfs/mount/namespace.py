@@ -33,6 +33,30 @@ log = logging.getLogger(__name__)
 
 # Files up to this size are read whole when their metadata is first needed (see read_metadata).
 SMALL_FILE = 256 * 1024
+# How many bytes a mount fetches whole, per minute, for lookups (a readdir handle has its own
+# budget, ``dirhandles.READDIR_WHOLE_BYTES``); past it, a HEAD. A `stat` of 200 planted files
+# of 256 KiB had moved 97 MiB into the content cache, and `ls -l` of 100,000 would move 24 GiB
+# (sixth hostile review, F20). An agent's memories (KiBs each) never reach it.
+LOOKUP_WHOLE_BYTES_PER_MINUTE = 32 * 1024 * 1024
+
+
+class ByteBudget:
+    """A token bucket of bytes: ``take(n)`` is granted while the bytes granted in about the
+    last minute stay within ``per_minute``."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self.left = float(per_minute)
+        self.at = time.monotonic()
+
+    def take(self, n: int) -> bool:
+        now = time.monotonic()
+        self.left = min(self.per_minute, self.left + (now - self.at) * self.per_minute / 60)
+        self.at = now
+        if n > self.left:
+            return False
+        self.left -= n
+        return True
 
 
 class Namespace(Part):
@@ -41,6 +65,7 @@ class Namespace(Part):
 
     def __init__(self, state: CoreState, listings: ListingCache, hidden: HiddenKeys) -> None:
         super().__init__(state)
+        self.lookup_bytes = ByteBudget(LOOKUP_WHOLE_BYTES_PER_MINUTE)
         self.listings = listings
         self.hidden = hidden
 
@@ -100,8 +125,9 @@ class Namespace(Part):
         One LIST cannot carry user metadata, so a name first met in a listing has defaults. The
         kernel fixes an inode's file type when it first sees it, so a symlink must be known as
         one at lookup. Small files (up to ``whole_up_to`` bytes; ``SMALL_FILE`` unless the
-        caller says) are fetched whole (GET) rather than HEADed: same one request, and the bytes
-        wait in the content cache for the open() that usually follows.
+        caller says, and while ``LOOKUP_WHOLE_BYTES_PER_MINUTE`` allows) are fetched whole
+        (GET) rather than HEADed: same one request, and the bytes wait in the content cache for
+        the open() that usually follows.
         Returns the node to use (a new one if the type changed), or None if it is gone.
         """
         async with self.state.flights.hold(node.path):
@@ -110,10 +136,15 @@ class Namespace(Part):
                 # another type replaces this one at the path; a vanished entry leaves none).
                 return node if node.meta_known and not node.detached else \
                     self.inodes.at(node.path)
-            return await self._read_metadata_once(
-                node, SMALL_FILE if whole_up_to is None else whole_up_to)
+            return await self._read_metadata_once(node, whole_up_to)
 
-    async def _read_metadata_once(self, node: Node, whole_up_to: int) -> Node | None:
+    def _fetch_whole(self, node: Node, whole_up_to: int | None) -> bool:
+        """Whether to GET the file rather than HEAD it (``read_metadata``)."""
+        if whole_up_to is not None:
+            return node.size <= whole_up_to
+        return node.size <= SMALL_FILE and self.lookup_bytes.take(node.size)
+
+    async def _read_metadata_once(self, node: Node, whole_up_to: int | None) -> Node | None:
         await self.state.settled(node.path)
         path = node.path
         now = time.time()
@@ -131,7 +162,7 @@ class Namespace(Part):
         try:
             if cached is not None:
                 info, data = cached
-            elif node.size <= whole_up_to:
+            elif self._fetch_whole(node, whole_up_to):
                 data, info = await self.state.s3(self.store.get, path)
             else:
                 info = await self.state.s3(self.store.head, path)

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from memfs import protocol
-from memfs.mount import dirhandles, hiddenkeys, listings, rename
+from memfs.mount import dirhandles, hiddenkeys, listings, namespace, rename
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import ROOT_INODE, Kind
@@ -310,3 +310,26 @@ def test_a_readdir_fetches_a_bounded_number_of_bytes_whole(monkeypatch) -> None:
     store.calls.clear()
     assert len(read_dir(core, fat.inode)) == 20
     assert (store.calls["GET"], store.calls["HEAD"]) == (10, 10), dict(store.calls)  # was 20, 0
+
+
+def test_lookups_fetch_a_bounded_number_of_bytes_whole(monkeypatch) -> None:
+    """Sixth hostile review, F20: a `stat` of each of 200 planted files of 256 KiB fetched every
+    one whole (97 MiB into the content cache; `ls -l` of 100,000 would move 24 GiB). Past
+    LOOKUP_WHOLE_BYTES_PER_MINUTE a lookup's metadata read is a HEAD; small files stay GETs."""
+    monkeypatch.setattr(namespace, "LOOKUP_WHOLE_BYTES_PER_MINUTE", 1_000_000)
+    store = MemoryStore()
+    for i in range(20):
+        store.put(f"fat/f{i:02d}", b"x" * namespace.SMALL_FILE, {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        fat = await core.lookup(ROOT_INODE, "fat")
+        assert fat is not None
+        store.calls.clear()
+        for i in range(20):
+            found = await core.lookup(fat.inode, f"f{i:02d}")
+            assert found is not None and found.size == namespace.SMALL_FILE
+        # 3 x 256 KiB fit in 1,000,000 bytes; before: 20 GETs.
+        assert (store.calls["GET"], store.calls["HEAD"]) == (3, 17), dict(store.calls)
+
+    trio.run(main)
