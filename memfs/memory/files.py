@@ -110,6 +110,37 @@ def require_regular_file(dir_fd: int, mp: MemoryPath, command: str) -> None:
         raise CommandError(f"The path {mp.display} is not a file.")
 
 
+def count_tree(dir_fd: int, name: str, limit: int) -> int:
+    """How many entries (files and directories, at any depth) the directory `name` holds,
+    counted up to `limit` + 1: a directory of 100,000 is known too big from its first names,
+    not after reading them all. Only names are read (never a file, never through a symlink
+    entry); a subdirectory that vanishes meanwhile counts as empty."""
+    top = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                  dir_fd=dir_fd)
+    count, pending = 0, ["."]  # directories to read, relative to `top`
+    try:
+        while pending and count <= limit:
+            rel = pending.pop()
+            try:
+                fd = os.open(rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             dir_fd=top)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            try:
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        count += 1
+                        if count > limit:
+                            break
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(f"{rel}/{entry.name}")
+            finally:
+                os.close(fd)
+    finally:
+        os.close(top)
+    return count
+
+
 def remove(dir_fd: int, name: str) -> None:
     """Delete the file or the whole directory `name` under `dir_fd`.
 

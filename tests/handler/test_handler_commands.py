@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from memfs.memory import CommandError, MemoryHandler, atomic_write, serve_jsonl, tool_result
+from memfs.memory import (
+    CommandError,
+    MemoryHandler,
+    atomic_write,
+    commands,
+    serve_jsonl,
+    tool_result,
+)
 from memfs.memory.view import VIEW_CHAR_LIMIT
 from tests.handler.test_handler_support import tree
 
@@ -546,6 +553,56 @@ def test_delete_symlink_removes_link_not_target(h: MemoryHandler, root: Path,
         "Successfully deleted /memories/link"
     )
     assert outside.read_text() == "precious" and not (root / "link").is_symlink()
+
+
+def test_delete_of_more_entries_than_the_bound_is_refused_whole(
+    h: MemoryHandler, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sixth hostile review, F21: a delete of 100,000 planted files ran for an hour (a request
+    per unlink) and a timeout left it half done. Past MAX_DELETE_ENTRIES entries at any depth it
+    is refused before anything is removed, known from the first names read; at the bound it
+    deletes; a symlink to a big directory counts as one entry (never followed)."""
+    bound = commands.MAX_DELETE_ENTRIES
+    big = root / "big" / "sub"
+    big.mkdir(parents=True)
+    for i in range(bound):  # + "sub" itself: one more than the bound
+        (big / f"f{i:04d}").touch()
+    scanned = [0]
+    real_scandir = os.scandir
+
+    def counting(fd: int) -> Any:
+        class Counting:
+            def __enter__(self) -> Any:
+                self.it = real_scandir(fd)
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                self.it.close()
+
+            def __iter__(self) -> Any:
+                for entry in self.it:
+                    scanned[0] += 1
+                    yield entry
+        return Counting()
+
+    monkeypatch.setattr(os, "scandir", counting)
+    assert err(h, command="delete", path="/memories/big") == (
+        f"Could not delete /memories/big: it holds more than {bound:,} files and directories, "
+        "and a delete removes them one by one; delete its subdirectories or files in smaller "
+        "parts. Nothing was deleted.")
+    monkeypatch.undo()
+    assert scanned[0] == bound + 1
+    assert len(os.listdir(big)) == bound
+    (big / "f0000").unlink()
+    (big / "f0001").unlink()  # with the link below: exactly the bound
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for i in range(bound + 5):
+        (outside / f"o{i}").touch()
+    (root / "big" / "link").symlink_to(outside)  # one entry, whatever it points to
+    assert h.run({"command": "delete", "path": "/memories/big"}) == (
+        "Successfully deleted /memories/big")
+    assert not (root / "big").exists() and len(os.listdir(outside)) == bound + 5
 
 
 # -- rename -----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memfs.memory.commands import MemoryHandler
+from memfs.memory.commands import MAX_DELETE_ENTRIES, MemoryHandler
 from memfs.memory.errors import CommandError
 from memfs.memory.view import MAX_VIEW_DIRS, MAX_VIEW_NAMES, VIEW_CHAR_LIMIT, directory_listing
 from memfs.mount.dirhandles import READDIR_METADATA_BUDGET, READDIR_PAGE, UNSHOWN_KEYS_READ
@@ -203,7 +203,7 @@ def plant(s3, keys: list[str]) -> None:
         list(pool.map(lambda k: s3.put_object(Bucket=BUCKET, Key=k, Body=b""), keys))
 
 
-def test_a_directory_too_big_to_move_in_one_step_is_refused_before_anything_moves(
+def test_a_directory_too_big_to_move_or_delete_in_one_step_is_refused_before_anything_changes(
         s3, mnt: Path) -> None:
     """Fifth hostile review, F12: a rename of 10,000 planted keys held every lookup in the
     parent for 51 s (the kernel holds its lock for the whole rename). Past RENAME_DIR_KEYS the
@@ -220,6 +220,14 @@ def test_a_directory_too_big_to_move_in_one_step_is_refused_before_anything_move
     assert left == RENAME_DIR_KEYS + 1
     assert not s3.list_objects_v2(Bucket=BUCKET, Prefix="moved/").get("KeyCount")
     assert len(os.listdir(mnt / "wide")) == RENAME_DIR_KEYS + 1
+    # Sixth hostile review, F21: a delete of 100,000 planted files ran for an hour, a DELETE
+    # per file; past MAX_DELETE_ENTRIES it is refused whole, before any DELETE.
+    assert RENAME_DIR_KEYS >= MAX_DELETE_ENTRIES
+    with pytest.raises(CommandError) as too_many:
+        h.run({"command": "delete", "path": "/memories/wide"})
+    assert str(too_many.value).startswith("Could not delete /memories/wide: it holds more than ")
+    left = sum(page["KeyCount"] for page in paginator.paginate(Bucket=BUCKET, Prefix="wide/"))
+    assert left == RENAME_DIR_KEYS + 1
 
 
 def test_deleting_a_directory_of_too_many_keys_no_entry_shows_says_so(s3, mnt: Path) -> None:
