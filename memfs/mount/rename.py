@@ -99,13 +99,16 @@ class Renames(Part):
         if src.kind is Kind.DIR:
             if dst_path.startswith(src.path + "/"):
                 raise fail(errno.EINVAL)
+            dst_unshown = False
             if dst is not None:
                 if dst.kind is not Kind.DIR:
                     raise fail(errno.ENOTDIR)
-                if await self.hidden.listing_if_empty(dst) is None:
+                emptied = await self.hidden.listing_if_empty(dst)
+                if emptied is None:
                     raise fail(errno.ENOTEMPTY)
+                dst_unshown = emptied.unshown > 0
             self.state.check_key(dst_path, directory=True)
-            await self._rename_dir(src, src_parent, dst_parent, dst_path, dst)
+            await self._rename_dir(src, src_parent, dst_parent, dst_path, dst, dst_unshown)
         else:
             if dst is not None and dst.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
@@ -280,13 +283,14 @@ class Renames(Part):
         return keys
 
     async def _rename_dir(self, src: Node, src_parent: Node, dst_parent: Node, dst_path: str,
-                          dst: Node | None) -> None:
+                          dst: Node | None, dst_unshown: bool = False) -> None:
         """Copy every object under the directory, then delete the originals (not atomic).
 
         A file S3 holds under the directory's own name (hidden by it: a directory wins) moves
         with it, hidden at the new name as at the old; left behind, it would show up at the old
         name once the directory had gone (docs/SEMANTICS.md, "A file and a directory of the same
-        name"). An empty directory replaced goes as ``rmdir`` would, with the file it hid."""
+        name"). An empty directory replaced goes as ``rmdir`` would, with the file it hid and the
+        keys under it no entry shows."""
         for of in list(self.handles.shared.values()):
             if of.node.path.startswith(src.path + "/") and (of.dirty or of.is_new):
                 async with of.lock:
@@ -294,6 +298,8 @@ class Renames(Part):
         keys = await self._keys_to_move(src)
         hidden = await self.hidden.take_shadowed(src_parent, src.name())
         if dst is not None:
+            if dst_unshown:  # keys under it no entry shows: it goes whole, as at rmdir
+                await self.hidden.remove_unshown(dst)
             await self.state.s3(self.store.delete, dst.path, directory=True)
             await self.hidden.remove_shadowed(dst_parent, dst.name())
         moved_hidden: list[str] = []

@@ -333,3 +333,23 @@ def test_lookups_fetch_a_bounded_number_of_bytes_whole(monkeypatch) -> None:
         assert (store.calls["GET"], store.calls["HEAD"]) == (3, 17), dict(store.calls)
 
     trio.run(main)
+
+
+def test_a_rename_onto_a_directory_of_unshown_keys_replaces_it_whole(monkeypatch) -> None:
+    """Sixth hostile review, F22: a rename onto a directory holding only keys no entry shows
+    left them in S3, under the moved directory's name. They go, as at rmdir."""
+    monkeypatch.setattr(hiddenkeys, "RMDIR_UNSHOWN_KEYS", 3_000)
+    store = planted(1_500)
+    del store.objects["uns/a.md"], store.objects["uns/zz.md"]
+    store.put("src/moved.md", b"mine", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+
+    async def main() -> None:
+        assert await core.lookup(ROOT_INODE, "uns") is not None
+        assert await core.lookup(ROOT_INODE, "src") is not None
+        await core.rename(ROOT_INODE, "src", ROOT_INODE, "uns", 0)
+        uns = await core.lookup(ROOT_INODE, "uns")
+        assert uns is not None
+
+    trio.run(main)
+    assert sorted(k for k in store.objects if k.startswith(("uns/", "src/"))) == ["uns/moved.md"]
