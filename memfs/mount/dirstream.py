@@ -20,9 +20,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import trio
 
 from memfs.s3.objectmeta import ObjectInfo
 from memfs.s3.store import Listing, ListingPage
+
+if TYPE_CHECKING:  # (nodes imports this module)
+    from memfs.mount.nodes import DirCache
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,13 @@ class DirStream:
     pages: int = 0
     # Given up before the end: too many keys no entry shows (``DirHandles._names_until``).
     abandoned: bool = False
+    # The directory's listing installed from the last page (``ListingCache.stream_more``).
+    installed: DirCache | None = None
+    # Held while a page is fetched: two readdirs reading this stream (one handle's, or two
+    # handles' sharing it: ``DirHandles``) must not fetch the same page.
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    # The directory handles reading it.
+    readers: int = 0
 
     def add(self, page: ListingPage) -> None:
         """Take the next page: its final names are appended to ``names``."""

@@ -141,9 +141,10 @@ class ListingCache(Part):
             return None
         whole = stream.listing
         # A copy: installing replays this mount's recent changes onto it, the stream stays S3's.
-        return self._install(dnode, Listing(dict(whole.files), set(whole.dirs), whole.has_marker,
-                                            dict(whole.shadowed), whole.unshown),
-                             stream.started, time.time())
+        stream.installed = self._install(
+            dnode, Listing(dict(whole.files), set(whole.dirs), whole.has_marker,
+                           dict(whole.shadowed), whole.unshown), stream.started, time.time())
+        return stream.installed
 
     async def _list_tree(self, top: Node, below: list[Node], max_keys: int, *,
                          shared: bool = False) -> bool:

@@ -21,8 +21,6 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
-import trio
-
 from memfs.mount.dirstream import DirStream
 from memfs.s3.objectmeta import ObjectInfo
 
@@ -245,8 +243,6 @@ class DirSnapshot:
     # (``ListingCache.stream_more``): ``names`` is the stream's, growing page by page, and
     # ``listing`` a view of its pages so far until the last one installs the whole listing.
     stream: DirStream | None = None
-    # Held while a page is fetched: two readdirs of one handle must not fetch the same page.
-    lock: trio.Lock = field(default_factory=trio.Lock)
     # How many of ``names`` the prefetch has recorded the order of (Prefetcher.remember).
     ordered: int = 0
     # How many entries' stored metadata this handle has read (``DirHandles.dir_page``): past

@@ -353,3 +353,39 @@ def test_a_rename_onto_a_directory_of_unshown_keys_replaces_it_whole(monkeypatch
 
     trio.run(main)
     assert sorted(k for k in store.objects if k.startswith(("uns/", "src/"))) == ["uns/moved.md"]
+
+
+def test_handles_reading_a_directory_together_share_its_list() -> None:
+    """Sixth hostile review, F19: three `ls -f` and a `find` of a planted 100,000 at once each
+    read (and held) the directory's LIST by itself: +345 MB. Handles open together read one
+    LIST, page by page, and hold its names once; each still sees every entry once."""
+    store = MemoryStore()
+    for i in range(5_000):
+        store.put(f"big/f{i:05d}", b"x", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        big = await core.lookup(ROOT_INODE, "big")
+        assert big is not None
+        store.calls.clear()
+        fhs = [await core.opendir(big.inode) for _ in range(3)]
+        read: list[list[str]] = [[], [], []]
+        starts = [0, 0, 0]
+        while any(s is not None for s in starts):  # the handles take turns, a page each
+            for h, fh in enumerate(fhs):
+                start = starts[h]
+                if start is None:
+                    continue
+                page = await core.dir_page(fh, start)
+                read[h] += [name for _, name, _ in page if name not in (".", "..")]
+                starts[h] = page[-1][0] + 1 if page else None
+        snaps = [core.handles.dirs[fh][1] for fh in fhs]
+        assert all(s is not None and s.names is snaps[0].names for s in snaps)  # held once
+        for fh in fhs:
+            core.releasedir(fh)
+        assert not core.dir_handles.streams
+        for names in read:
+            assert sorted(names) == [f"f{i:05d}" for i in range(5_000)]
+        assert store.calls["LIST"] == 5, dict(store.calls)  # before: 15
+
+    trio.run(main)
