@@ -168,16 +168,20 @@ def list_dir(mp: MemoryPath, dir_fd: int) -> str:
     vanish while listing are left out."""
     entries = list_entries(mp, dir_fd)
     return view.directory_listing(mp.display, entries, capped=entries.capped,
+                                  hidden=entries.hidden,
                                   unopened=entries.unopened, cut=entries.cut)
 
 
 class Entries(list[tuple[int, str]]):
     """`list_entries`' answer; `capped`: the walk stopped at `view.MAX_VIEW_NAMES` names;
     `unopened`: subdirectories listed without their contents (past `view.MAX_VIEW_DIRS`);
-    `cut`: directories memfs stopped listing early (``XATTR_LISTING_CUT``), as shown."""
+    `cut`: directories memfs stopped listing early (``XATTR_LISTING_CUT``), as shown;
+    `hidden`: names read and left out (hidden items, node_modules): they use up the names a
+    view reads too, so a capped view says how many there were."""
 
     capped = False
     unopened = 0
+    hidden = 0
     cut: list[str]
 
     def __init__(self) -> None:
@@ -235,6 +239,7 @@ def list_entries(mp: MemoryPath, dir_fd: int, rel: str = "", depth: int = 1,
         where = f"{base}/{rel}" if rel else mp.display
         for item in read_names(fd, where):
             if item.name.startswith(".") or item.name in view.EXCLUDED_NAMES:
+                entries.hidden += 1
                 continue
             shown = names.escape(item.name)  # the name policy: refused characters escaped
             item_rel = f"{rel}/{shown}" if rel else shown

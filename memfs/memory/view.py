@@ -50,14 +50,17 @@ def format_size(n: int) -> str:
 
 
 def directory_listing(display: str, entries: Sequence[tuple[int, str]],
-                      capped: bool = False, unopened: int = 0, cut: Sequence[str] = ()) -> str:
+                      capped: bool = False, unopened: int = 0, cut: Sequence[str] = (),
+                      hidden: int = 0) -> str:
     """`entries` are (size, relative path, with a trailing `/` for directories), in order.
 
     At most `VIEW_CHAR_LIMIT` characters of entry lines, like a file view; the rest are left
     out with a note saying how many. `capped`: the walk stopped after `MAX_VIEW_NAMES` names,
     so there are more than `entries` (the note says so). `unopened`: how many subdirectories
     are shown without their contents (past `MAX_VIEW_DIRS`; a note says so). `cut`:
-    directories memfs stopped listing early (a note names them).
+    directories memfs stopped listing early (a note names them). `hidden`: how many of the
+    names read were hidden items or node_modules (said when `capped`: they count too, and a
+    directory of planted dotfiles showed "0 entries" with nothing to say why).
     """
     header = (
         f"Here're the files and directories up to 2 levels deep in {display}, "
@@ -69,6 +72,10 @@ def directory_listing(display: str, entries: Sequence[tuple[int, str]],
                 "it holds thousands of stored keys no file name can show (written by another "
                 "tool), and entries after them are not listed. A file there can still be viewed "
                 "by its path.]") if cut else ""
+    # When capped: what was read, and where else to look (a file is found by its path even
+    # when the names before it used up the view's).
+    among = f" ({hidden:,} of the names read were hidden items)" if hidden else ""
+    more = "View a subdirectory, or a file by its path, to see more."
     lines = [f"{format_size(DIRECTORY_SIZE)}\t{display}"]
     used = len(lines[0])
     for i, (size, rel) in enumerate(entries):
@@ -77,21 +84,21 @@ def directory_listing(display: str, entries: Sequence[tuple[int, str]],
             left = len(entries) - i
             if capped:
                 count = (f"showing {i:,} entries; more than {left:,} were left out (a view "
-                         f"reads at most {MAX_VIEW_NAMES:,} names)")
+                         f"reads at most {MAX_VIEW_NAMES:,} names){among}")
             else:
                 count = (f"showing {i:,} of {len(entries):,} entries; {left:,} entries were "
                          "left out")
             return (
                 header + "\n" + "\n".join(lines)
-                + f"\n\n[Output truncated at {VIEW_CHAR_LIMIT:,} characters: {count}. View a "
-                "subdirectory to see more.]" + cut_note
+                + f"\n\n[Output truncated at {VIEW_CHAR_LIMIT:,} characters: {count}. "
+                + (more if capped else "View a subdirectory to see more.") + "]" + cut_note
             )
         lines.append(line)
         used += 1 + len(line)
     if capped:
         lines.append(f"\n[Listing truncated: a view reads at most {MAX_VIEW_NAMES:,} names and "
                      f"this directory holds more; showing the {len(entries):,} entries among "
-                     "them. View a subdirectory to see more.]")
+                     f"them{among}. {more}]")
     if cut_note:
         lines.append(cut_note)
     if unopened:
