@@ -33,11 +33,15 @@ READDIR_PAGE = 128
 # with 100,000 objects cost a GET each (658 s on moto, fourth hostile review), for names nobody
 # opened. A directory of a working agent's memories stays far below it.
 READDIR_METADATA_BUDGET = 4096
-# How many keys no entry can show (names too long, 'a//b', s3fs's `x_$folder$`) one readdir
-# handle reads past before it stops: a bucket writer's 30,000 such keys made every view of
-# their directory read 30 LIST pages to show one file (fourth hostile review). The entries
-# after them are not listed (a lookup still finds them: the directory is probed, name by name).
-UNSHOWN_KEYS_READ = 2000  # 5,000 let five such subdirectories cost a view 37 LISTs (fifth review)
+# How many more keys no entry can show (names too long, 'a//b', s3fs's `x_$folder$`) than
+# entries one readdir handle reads before it stops: a bucket writer's 30,000 such keys made every
+# view of their directory read 30 LIST pages to show one file (fourth hostile review). The
+# entries after them are not listed (a lookup still finds them: the directory is probed, name by
+# name). Counted beyond the entries read, so a directory whose pages show as many entries as
+# they hide (an s3fs tree's `x/` and `x_$folder$`) is never cut, and just under a page, so a
+# directory holding only such keys costs a view one LIST, as an empty one does: at 2,000, 25
+# planted subdirectories of them cost a view 89 LISTs (sixth hostile review, F16).
+UNSHOWN_KEYS_READ = 999
 # How many bytes of small files one handle fetches whole to learn their metadata (a GET instead
 # of a HEAD: the bytes wait in the content cache for the reader that usually follows). Past it,
 # a HEAD: a cold view of 2,048 planted files of 256 KiB moved 524 MiB into the content cache,
@@ -134,7 +138,7 @@ class DirHandles(Part):
             return
         async with stream.lock:
             while not stream.complete and len(snap.names) < count:
-                if stream.listing.unshown > UNSHOWN_KEYS_READ:
+                if stream.listing.unshown > UNSHOWN_KEYS_READ + len(stream.names):
                     if not stream.abandoned:
                         stream.abandoned = True
                         snap.node.listing_cut = True  # protocol.XATTR_LISTING_CUT

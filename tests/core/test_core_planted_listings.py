@@ -117,7 +117,7 @@ def test_keys_no_entry_shows_stop_a_listing(monkeypatch, unshown: int) -> None:
     for _ in range(2):  # a first view, and one after the TTL
         store.calls.clear()
         names = read_dir(core, uns.inode)
-        # Pages until more than 1,500 unshown keys were read: the first two.
+        # Pages until 1,500 more unshown keys than entries were read: the first two.
         assert store.calls["LIST"] == 2, dict(store.calls)
         assert names == ["a.md"]
         # The directory says its listing was cut (the memory tool's view tells the agent).
@@ -207,7 +207,7 @@ def test_a_small_directory_a_bucket_writer_filled_is_probed_not_read_whole() -> 
         assert store.calls["LIST"] == 1, dict(store.calls)
     store.calls.clear()
     assert read_dir(core, grow.inode) == ["a.md"]  # streamed: the cap on unshown keys holds
-    assert store.calls["LIST"] <= dirhandles.UNSHOWN_KEYS_READ // 1000 + 1, dict(store.calls)
+    assert store.calls["LIST"] <= dirhandles.UNSHOWN_KEYS_READ // 1000 + 2, dict(store.calls)
 
 
 async def refused_removal(core: MemFSCore, op: str, name: str) -> int | None:
@@ -389,3 +389,28 @@ def test_handles_reading_a_directory_together_share_its_list() -> None:
         assert store.calls["LIST"] == 5, dict(store.calls)  # before: 15
 
     trio.run(main)
+
+
+@pytest.mark.parametrize("subdirs", [False, True])
+def test_keys_no_entry_shows_cost_a_page_only_beyond_the_entries_shown(subdirs: bool) -> None:
+    """Sixth hostile review, F16: at 2,000 unshown keys read per handle, 25 planted
+    subdirectories of 2,001 markers cost a view 89 LISTs: now a directory of only such keys
+    costs one LIST. And a directory whose pages show as many entries as they hide (an s3fs
+    tree: `x/` beside `x_$folder$`) is read to its end, never cut."""
+    store = MemoryStore()
+    for i in range(3_000):
+        if subdirs:  # s3fs's tree: the directory's keys and its marker beside it
+            store.put(f"tree/d{i:05d}/f", b"x", {})
+            store.put(f"tree/d{i:05d}_$folder$", b"", {})
+        else:
+            store.put(f"tree/m{i:05d}_$folder$", b"", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+    tree = trio.run(core.lookup, ROOT_INODE, "tree")
+    assert tree is not None
+    store.calls.clear()
+    names = read_dir(core, tree.inode)
+    if subdirs:
+        assert len(names) == 3_000 and not tree.listing_cut
+        assert store.calls["LIST"] == 6, dict(store.calls)  # all of it: 6,000 keys
+    else:
+        assert names == [] and store.calls["LIST"] == 1, dict(store.calls)  # before: 3
