@@ -296,6 +296,7 @@ logging.getLogger("pyfuse3").addFilter(_after_session)
 async def _serve(fs: MemFS, config: MountConfig) -> bool:
     """Serve requests; returns whether the mount still needs unmounting by us."""
     stopped_by_signal = False
+    _after_session.session_over = False
     async with trio.open_nursery() as nursery:
 
         async def watch_signals() -> None:

@@ -237,7 +237,8 @@ class DirHandles(Part):
                 size = children[i][1].size
                 whole = size <= SMALL_FILE and snap.fetched_whole + size <= READDIR_WHOLE_BYTES
                 snap.fetched_whole += size if whole else 0
-                nursery.start_soon(read, i, None if whole else -1)  # None: SMALL_FILE
+                # None: up to SMALL_FILE, within the mount's per-minute budget too (read_metadata)
+                nursery.start_soon(read, i, None if whole else -1)
         if errors:
             raise errors[0]
         return [(name, n) for (name, _), n in zip(children, found, strict=True)

@@ -99,9 +99,8 @@ class HiddenKeys(Part):
         (the kernel holds the parent's lock meanwhile)."""
         walk = self.state.store.walk_keys(node.path)  # a generator: a LIST page when needed
         # The limit's worth and its own marker are read, and one more to know it was passed
-        # (each 1,000 a LIST page). A key with a showable name
-        # is somebody's new entry (written since the listing): it stays, and so does the
-        # directory then.
+        # (each 1,000 a LIST page). A key with a showable name is somebody's new entry
+        # (written since the listing): it stays, and so does the directory then.
         read = await self.state.s3(lambda: [
             rel for rel, _info in itertools.islice(walk, RMDIR_UNSHOWN_KEYS + 2)])
         if len(read) > RMDIR_UNSHOWN_KEYS + 1:  # (+1: its own marker)

@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 
 # Files up to this size are read whole when their metadata is first needed (see read_metadata).
 SMALL_FILE = 256 * 1024
-# How many bytes a mount fetches whole, per minute, for lookups (a readdir handle has its own
-# budget, ``dirhandles.READDIR_WHOLE_BYTES``); past it, a HEAD. A `stat` of 200 planted files
+# How many bytes a mount fetches whole, per minute, to learn files' metadata, for lookups and
+# readdirs (a readdir handle also has its own, ``dirhandles.READDIR_WHOLE_BYTES``); past it, a
+# HEAD. A `stat` of 200 planted files
 # of 256 KiB had moved 97 MiB into the content cache, and `ls -l` of 100,000 would move 24 GiB
 # (sixth hostile review, F20). An agent's memories (KiBs each) never reach it.
 LOOKUP_WHOLE_BYTES_PER_MINUTE = 32 * 1024 * 1024
