@@ -5,7 +5,9 @@ the pages of one LIST read only as far as the reader got, so a directory a bucke
 with 100,000 entries costs a reader that stops early (the memory tool's bounded view, ``ls |
 head``) only what it read. Each page of entries handed to the kernel (readdirplus: attributes
 included) has its stored metadata read first (``Namespace.read_metadata``), within a budget per
-handle; past it entries are ``provisional`` and the kernel is told to look them up before use.
+listing that the handles reading it share (``ReadBudget``); past it entries are ``provisional``
+and the kernel is told to look them up before use. Handles of a directory whose LIST is still
+being read share that LIST (``_shared_stream``): memory per directory, not per reader.
 Keys no entry can show stop a listing once too many were read (``UNSHOWN_KEYS_READ``).
 """
 
@@ -28,7 +30,7 @@ log = logging.getLogger(__name__)
 # How many entries' metadata one readdir reads at most (concurrently): a kernel readdirplus
 # reply holds a few dozen entries, and a reader that stops early must not pay for the rest.
 READDIR_PAGE = 128
-# How many entries' metadata one directory handle reads at most. Past it, entries go to the
+# How many entries' metadata the handles of one listing read at most. Past it, entries go to the
 # kernel as the LIST showed them (``provisional``): `ls -f` of a directory a bucket writer filled
 # with 100,000 objects cost a GET each (658 s on moto, fourth hostile review), for names nobody
 # opened. A directory of a working agent's memories stays far below it.
@@ -42,10 +44,10 @@ READDIR_METADATA_BUDGET = 4096
 # directory holding only such keys costs a view one LIST, as an empty one does: at 2,000, 25
 # planted subdirectories of them cost a view 89 LISTs (sixth hostile review, F16).
 UNSHOWN_KEYS_READ = 999
-# How many bytes of small files one handle fetches whole to learn their metadata (a GET instead
-# of a HEAD: the bytes wait in the content cache for the reader that usually follows). Past it,
-# a HEAD: a cold view of 2,048 planted files of 256 KiB moved 524 MiB into the content cache,
-# half of it, pushing out the agent's own files (fifth hostile review).
+# How many bytes of small files the handles of one listing fetch whole to learn their metadata
+# (a GET instead of a HEAD: the bytes wait in the content cache for the reader that usually
+# follows). Past it, a HEAD: a cold view of 2,048 planted files of 256 KiB moved 524 MiB into
+# the content cache, half of it, pushing out the agent's own files (fifth hostile review).
 READDIR_WHOLE_BYTES = 32 * 1024 * 1024
 
 
@@ -88,9 +90,10 @@ class DirHandles(Part):
             parent = self.inodes.at(node.parent_path()) or node
             found = self._shared_stream(inode) or await self.listings.readdir_listing(node)
             if isinstance(found, DirCache):
-                snap = DirSnapshot(node, parent, found, found.names())
+                snap = DirSnapshot(node, parent, found, found.names(), found.budget)
             else:
-                snap = DirSnapshot(node, parent, self._partial(found), found.names, stream=found)
+                snap = DirSnapshot(node, parent, self._partial(found), found.names, found.budget,
+                                   stream=found)
                 found.readers += 1
                 self.streams[inode] = found
             self.handles.dirs[fh] = (inode, snap)
@@ -111,13 +114,18 @@ class DirHandles(Part):
         return out
 
     def _shared_stream(self, inode: int) -> DirStream | None:
-        """The LIST another handle of the directory is reading, page by page, if it began
-        within the TTL: read together, its names and pages are held once. Three `ls -f` and a
-        `find` of a planted 100,000 at once, each with its own, took the daemon to +345 MB
-        (sixth hostile review, F19)."""
+        """The LIST another handle of the directory is still reading, page by page, whatever
+        its age: its names, pages and metadata budget are held once for all of them. Three `ls
+        -f` and a `find` of a planted 100,000 at once, each with its own, took the daemon to
+        +345 MB (sixth hostile review, F19); shared only within the TTL of its first page, four
+        started 8 s apart still each had their own (+301 MB, seventh, F24).
+
+        Trade-off: a handle that joins late shows the pages read before it opened as S3 held
+        them then — a LIST of 100 pages is never one moment anyway. Only a directory of more
+        than one LIST page has a stream; once read to its end it is the installed listing,
+        which goes stale with the TTL like any other (``ListingCache.readdir_listing``)."""
         stream = self.streams.get(inode)
-        if stream is None or stream.complete or stream.abandoned or \
-                not self.state.fresh(stream.arrived):
+        if stream is None or stream.complete or stream.abandoned:
             return None
         return stream
 
@@ -156,7 +164,7 @@ class DirHandles(Part):
 
     async def _read_page(self, snap: DirSnapshot, lo: int, hi: int) -> None:
         """Nodes, with their stored metadata, for ``snap.names[lo:hi]`` not made yet."""
-        todo = [k for k in range(lo, hi) if k not in snap.found]
+        todo = [k for k in range(lo, hi) if not snap.is_made(k)]
         if not todo:
             return
         # While a LIST is read page by page, the pages are S3's: a name this mount removed
@@ -168,16 +176,16 @@ class DirHandles(Part):
             child = None if streaming and self._removed_since(snap, name) else \
                 self.listings.sync_child(snap.node, name, snap.listing)
             if child is None:
-                snap.found[k] = None
+                snap.set_entry(k, None)
             else:
                 children.append((name, child))
-        budget = max(0, READDIR_METADATA_BUDGET - snap.metadata_reads)
+        budget = max(0, READDIR_METADATA_BUDGET - snap.budget.metadata_reads)
         with_metadata, read = await self._with_metadata(snap, children, budget)
-        snap.metadata_reads += read
+        snap.budget.metadata_reads += read
         known = dict(with_metadata)
         for k in todo:
-            if k not in snap.found:
-                snap.found[k] = known.get(snap.names[k])
+            if not snap.is_made(k):
+                snap.set_entry(k, known.get(snap.names[k]))
 
     @staticmethod
     def _removed_since(snap: DirSnapshot, name: str) -> bool:
@@ -210,9 +218,9 @@ class DirHandles(Part):
         as a regular 0600 file (a symlink too: `find -type l`, `cp -a`, `tar -c` then go wrong).
         So every entry this mount has not read is read first, concurrently (bounded by the
         S3 limiter): once per entry per mount, a GET for a small file (its bytes then wait in
-        the content cache: a view or grep that follows costs nothing) while the handle has
-        fetched less than ``READDIR_WHOLE_BYTES`` so, else a HEAD. An entry
-        that vanished meanwhile is left out; any other failure fails the whole opendir rather
+        the content cache: a view or grep that follows costs nothing) while the listing's
+        handles have fetched less than ``READDIR_WHOLE_BYTES`` so, else a HEAD. An entry that
+        vanished meanwhile is left out; any other failure fails the whole opendir rather
         than show defaults as facts.
 
         Entries past the budget are returned unread (``provisional``): the adapter gives them
@@ -235,8 +243,9 @@ class DirHandles(Part):
         async with trio.open_nursery() as nursery:
             for i in unknown:
                 size = children[i][1].size
-                whole = size <= SMALL_FILE and snap.fetched_whole + size <= READDIR_WHOLE_BYTES
-                snap.fetched_whole += size if whole else 0
+                spent = snap.budget
+                whole = size <= SMALL_FILE and spent.fetched_whole + size <= READDIR_WHOLE_BYTES
+                spent.fetched_whole += size if whole else 0
                 # None: up to SMALL_FILE, within the mount's per-minute budget too (read_metadata)
                 nursery.start_soon(read, i, None if whole else -1)
         if errors:
@@ -251,6 +260,6 @@ class DirHandles(Part):
             stream.readers -= 1
             if stream.readers == 0 and self.streams.get(inode) is stream:
                 del self.streams[inode]
-        for node in (snap.found.values() if snap is not None else ()):
-            if node is not None and node.nlookup == 0:
+        for node in (snap.made_nodes() if snap is not None else ()):
+            if node.nlookup == 0:
                 self.inodes.forget(node.inode, 0)

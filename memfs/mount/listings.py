@@ -144,6 +144,7 @@ class ListingCache(Part):
         stream.installed = self._install(
             dnode, Listing(dict(whole.files), set(whole.dirs), whole.has_marker,
                            dict(whole.shadowed), whole.unshown), stream.started, time.time())
+        stream.installed.budget = stream.budget  # its handles' metadata reads so far count
         return stream.installed
 
     async def _list_tree(self, top: Node, below: list[Node], max_keys: int, *,

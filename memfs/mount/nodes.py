@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
-from memfs.mount.dirstream import DirStream
+from memfs.mount.dirstream import DirStream, ReadBudget
 from memfs.s3.objectmeta import ObjectInfo
 
 #: The root directory's inode number (FUSE's FUSE_ROOT_ID).
@@ -74,6 +74,8 @@ class DirCache:
     # How many keys S3 holds under it that no entry shows (``Listing.unshown``): rmdir removes
     # them.
     unshown: int = 0
+    # What readdir handles of this listing spent on their entries' metadata (shared by them).
+    budget: ReadBudget = field(default_factory=ReadBudget)
 
     def names(self) -> list[str]:
         return sorted(self.dirs | self.files.keys())
@@ -231,25 +233,39 @@ class DirSnapshot:
     reads (``Namespace.dir_page``): a reader that stops early (the memory tool's bounded view)
     costs the daemon only the pages it read, whatever the directory holds.
 
-    INVARIANT: ``found`` keys are indexes into ``names``; a value of None: the entry vanished.
+    INVARIANT: ``found[k]`` is ``names[k]``'s node once ``made[k]`` is set (None: the entry
+    vanished); both are as long as the part of ``names`` made so far. Lists, not a dict by
+    index: a handle of 100,000 entries held 8 MB in a dict of ints (seventh hostile review).
     """
 
     node: Node
     parent: Node
     listing: DirCache
     names: list[str]
-    found: dict[int, Node | None] = field(default_factory=dict)
+    # What the handles reading this listing spent on metadata: the stream's or the listing's.
+    budget: ReadBudget
+    found: list[Node | None] = field(default_factory=list)
+    made: bytearray = field(default_factory=bytearray)
     # A directory whose LIST had more than one page is read as the kernel asks
     # (``ListingCache.stream_more``): ``names`` is the stream's, growing page by page, and
     # ``listing`` a view of its pages so far until the last one installs the whole listing.
     stream: DirStream | None = None
     # How many of ``names`` the prefetch has recorded the order of (Prefetcher.remember).
     ordered: int = 0
-    # How many entries' stored metadata this handle has read (``DirHandles.dir_page``): past
-    # ``READDIR_METADATA_BUDGET`` entries go to the kernel as the LIST showed them.
-    metadata_reads: int = 0
-    # How many bytes of files it fetched whole for their metadata (``READDIR_WHOLE_BYTES``).
-    fetched_whole: int = 0
+
+    def is_made(self, k: int) -> bool:
+        return k < len(self.made) and self.made[k] == 1
+
+    def set_entry(self, k: int, node: Node | None) -> None:
+        if k >= len(self.found):
+            grow = k + 1 - len(self.found)
+            self.found += [None] * grow
+            self.made += bytes(grow)
+        self.found[k] = node
+        self.made[k] = 1
+
+    def made_nodes(self) -> list[Node]:
+        return [n for n in self.found if n is not None]
 
 
 def mode_limit(allow_other: bool, file_mode: int, dir_mode: int) -> int | None:
