@@ -377,7 +377,8 @@ def test_handles_reading_a_directory_share_its_list_and_budget(monkeypatch, late
         read: list[list[str]] = [[], [], []]
         starts: list[int | None] = [0, 0, 0]
         while len(fhs) < 3 or any(s is not None for s in starts):  # turns, a page each
-            if len(fhs) < 3 and (not late or not fhs or starts[0] and starts[0] > 600 * len(fhs)):
+            # late: the next handle opens once the first has read 600 more entries
+            if len(fhs) < 3 and (not late or (starts[0] or 0) >= 600 * len(fhs)):
                 if late:
                     await trio.sleep(TTL * 1.5)  # past the TTL of the LIST's first page
                 fhs.append(await core.opendir(big.inode))
