@@ -41,6 +41,11 @@ XATTR_EDIT_REFUSED = "user.memfs.edit-refused"
 #: too many stored keys no entry can show (docs/SEMANTICS.md, "The trade-off chosen"): the
 #: memory tool's view says the listing is incomplete. Absent (ENODATA) otherwise.
 XATTR_LISTING_CUT = "user.memfs.listing-cut"
+#: On a directory: how many objects S3 holds under it — its whole tree, its own marker and keys
+#: no entry shows included — counted up to ``TREE_OBJECTS_COUNTED`` + 1 (that value: more), in
+#: decimal. Read once, it costs a LIST per 1,000 objects counted; the memory tool's delete asks
+#: it before removing anything (an entry count misses what no entry shows).
+XATTR_TREE_OBJECTS = "user.memfs.tree-objects"
 
 # -- limits the memory handler's messages quote ---------------------------------------------------
 #: The most keys a directory rename copies; past it rename(2) answers EXDEV before any COPY. The
@@ -54,6 +59,11 @@ RENAME_DIR_KEYS = 1_000
 #: are read and deleted (a LIST and a DeleteObjects per 1,000) while the kernel holds the
 #: parent's lock: 30,000 held it 26 s on moto (fifth hostile review, F11).
 RMDIR_UNSHOWN_KEYS = 5_000
+#: How far the daemon counts a directory's objects (``XATTR_TREE_OBJECTS``), and so the most a
+#: memory tool's delete removes: 27 subdirectories that listed empty took 30,024 planted keys
+#: with them in 131 s, though the delete's bound of entries had counted 27 (seventh hostile
+#: review, F23).
+TREE_OBJECTS_COUNTED = 2_000
 
 # -- object metadata (x-amz-meta-<key>) ----------------------------------------------------------
 META_MODE = "mode"  # decimal st_mode, file type bits included (s3fs-fuse)

@@ -38,7 +38,7 @@ from memfs.memory.paths import (
     symlink_refused,
 )
 from memfs.memory.schema import validate
-from memfs.protocol import MAX_AGENT_ID, valid_agent_id
+from memfs.protocol import MAX_AGENT_ID, TREE_OBJECTS_COUNTED, valid_agent_id
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,38 @@ DEFAULT_MAX_FILE_BYTES = 1024 * 1024
 #: Most entries (files and directories, at any depth) one `delete` removes: each is an unlink or
 #: rmdir, on memfs a request each, one after the other. A bucket writer's 100,000 planted files
 #: made one delete run for an hour on moto, and a client's timeout left it half done (sixth
-#: hostile review, F21). Counted before anything is removed (`files.count_tree`).
+#: hostile review, F21). Counted before anything is removed (`files.measure_tree`).
 MAX_DELETE_ENTRIES = 1_000
+#: Most objects S3 holds under a directory one `delete` removes, on memfs (which counts them:
+#: ``XATTR_TREE_OBJECTS``): keys no entry shows go with their directory too, and 27
+#: subdirectories that listed empty took 30,024 planted keys with them (seventh review, F23).
+MAX_DELETE_OBJECTS = TREE_OBJECTS_COUNTED
 
 Content = str | list[dict[str, Any]]
+
+
+def _too_big_to_delete(mp: MemoryPath, size: files.TreeSize) -> str | None:
+    """Why a delete of the directory `mp` is refused before anything is removed, or None:
+    more objects or entries than one delete removes, or a directory memfs stopped listing
+    early (the files after its hidden keys would be left, unseen: seventh hostile review,
+    F25)."""
+    smaller = ("a delete removes them one by one; delete its subdirectories or files in "
+               "smaller parts")
+    if size.objects is not None and size.objects > MAX_DELETE_OBJECTS:
+        return (f"Could not delete {mp.display}: it holds more than {MAX_DELETE_OBJECTS:,} "
+                f"stored objects (counting ones no file name shows, such as s3fs markers, "
+                f"which only an S3 tool can remove), and {smaller}. Nothing was deleted.")
+    if size.entries > MAX_DELETE_ENTRIES:
+        return (f"Could not delete {mp.display}: it holds more than {MAX_DELETE_ENTRIES:,} "
+                f"files and directories, and {smaller}. Nothing was deleted.")
+    if size.cut is not None:
+        where = mp.display + "".join("/" + names.escape(part)
+                                     for part in size.cut.split("/")[1:])
+        return (f"Could not delete {mp.display}: memfs stopped listing {where} after stored "
+                f"objects no file name shows (such as s3fs markers), so the files after them "
+                f"are not listed and a delete would leave them; remove those objects with an S3 "
+                f"tool. Nothing was deleted.")
+    return None
 
 
 def _plain_name(name: object) -> bool:
@@ -309,12 +337,11 @@ class MemoryHandler:
             st = files.lstat(parent, mp.name)
             if st is None:
                 raise files.missing(mp.display, "delete")
-            if stat.S_ISDIR(st.st_mode) and files.count_tree(
-                    parent, mp.name, MAX_DELETE_ENTRIES) > MAX_DELETE_ENTRIES:
-                raise CommandError(
-                    f"Could not delete {mp.display}: it holds more than {MAX_DELETE_ENTRIES:,} "
-                    "files and directories, and a delete removes them one by one; delete its "
-                    "subdirectories or files in smaller parts. Nothing was deleted.")
+            if stat.S_ISDIR(st.st_mode):
+                refusal = _too_big_to_delete(mp, files.measure_tree(parent, mp.name,
+                                                                    MAX_DELETE_ENTRIES))
+                if refusal is not None:
+                    raise CommandError(refusal)
             try:
                 files.remove(parent, mp.name)
             except FileNotFoundError:

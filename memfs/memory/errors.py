@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 
-from memfs.protocol import RENAME_DIR_KEYS, RMDIR_UNSHOWN_KEYS
+from memfs.protocol import RENAME_DIR_KEYS
 
 
 class CommandError(Exception):
@@ -45,11 +45,10 @@ _WRITE_REASONS: dict[int, str] = {
     # Elsewhere EXDEV means the move crosses two filesystems: the same advice holds.
     errno.EXDEV: f"it cannot be moved in one step (on memfs: a directory of more than "
                  f"{RENAME_DIR_KEYS:,} objects); move its contents in smaller parts",
-    # A delete's last rmdir: another writer added an entry meanwhile, or memfs refused to
-    # delete more than RMDIR_UNSHOWN_KEYS stored keys no entry shows (docs/SEMANTICS.md, rmdir).
-    errno.ENOTEMPTY: f"the directory is not empty: another writer added to it, or (on memfs) it "
-                     f"holds more than {RMDIR_UNSHOWN_KEYS:,} stored objects that no file name "
-                     f"shows, which only an S3 tool can remove",
+    # A delete's last rmdir: another writer added an entry meanwhile (the objects no entry
+    # shows, and listings memfs cut, were counted before anything was removed:
+    # commands._too_big_to_delete; rmdir's own bound is docs/SEMANTICS.md's).
+    errno.ENOTEMPTY: "the directory is not empty: another writer added to it meanwhile",
 }
 
 

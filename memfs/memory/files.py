@@ -14,12 +14,13 @@ import errno
 import os
 import shutil
 import stat
+from dataclasses import dataclass
 from typing import Any
 
 from memfs.memory import names, view
 from memfs.memory.errors import CommandError, list_error
 from memfs.memory.paths import MemoryPath, open_listable, symlink_refused
-from memfs.protocol import XATTR_LISTING_CUT
+from memfs.protocol import TREE_OBJECTS_COUNTED, XATTR_LISTING_CUT, XATTR_TREE_OBJECTS
 
 #: Largest file view/str_replace/insert will read (anything bigger is refused, not loaded).
 MAX_READ_BYTES = 64 * 1024 * 1024
@@ -110,16 +111,35 @@ def require_regular_file(dir_fd: int, mp: MemoryPath, command: str) -> None:
         raise CommandError(f"The path {mp.display} is not a file.")
 
 
-def count_tree(dir_fd: int, name: str, limit: int) -> int:
-    """How many entries (files and directories, at any depth) the directory `name` holds,
-    counted up to `limit` + 1: a directory of 100,000 is known too big from its first names,
-    not after reading them all. Only names are read (never a file, never through a symlink
-    entry); a subdirectory that vanishes meanwhile counts as empty."""
+@dataclass
+class TreeSize:
+    """What a delete of a directory would remove, as far as `measure_tree` counted."""
+
+    #: Files and directories at any depth, counted up to the limit + 1.
+    entries: int = 0
+    #: Objects S3 holds under it, as memfs counts them (``XATTR_TREE_OBJECTS``, up to
+    #: ``TREE_OBJECTS_COUNTED`` + 1); None on other filesystems.
+    objects: int | None = None
+    #: A directory in it (relative: "." is itself) that memfs stopped listing early: names
+    #: after its keys no entry shows are not listed (``XATTR_LISTING_CUT``).
+    cut: str | None = None
+
+
+def measure_tree(dir_fd: int, name: str, limit: int) -> TreeSize:
+    """How much the directory `name` holds (`TreeSize`), counted only as far as a delete's
+    bounds need: on memfs its objects first (a LIST per 1,000, at most 3), then its entries
+    up to `limit` + 1 — a directory of 100,000 is known too big from its first names, not
+    after reading them all. Only names are read (never a file, never through a symlink entry);
+    a subdirectory that vanishes meanwhile counts as empty."""
+    size = TreeSize()
     top = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                   dir_fd=dir_fd)
-    count, pending = 0, ["."]  # directories to read, relative to `top`
     try:
-        while pending and count <= limit:
+        size.objects = tree_objects(top)
+        if size.objects is not None and size.objects > TREE_OBJECTS_COUNTED:
+            return size
+        pending = ["."]  # directories to read, relative to `top`
+        while pending and size.entries <= limit:
             rel = pending.pop()
             try:
                 fd = os.open(rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -129,16 +149,27 @@ def count_tree(dir_fd: int, name: str, limit: int) -> int:
             try:
                 with os.scandir(fd) as entries:
                     for entry in entries:
-                        count += 1
-                        if count > limit:
+                        size.entries += 1
+                        if size.entries > limit:
                             break
                         if entry.is_dir(follow_symlinks=False):
                             pending.append(f"{rel}/{entry.name}")
+                if size.cut is None and size.entries <= limit and listing_was_cut(fd):
+                    size.cut = rel
             finally:
                 os.close(fd)
     finally:
         os.close(top)
-    return count
+    return size
+
+
+def tree_objects(fd: int) -> int | None:
+    """How many objects memfs says S3 holds under the directory open at `fd`
+    (``XATTR_TREE_OBJECTS``); None on other filesystems."""
+    try:
+        return int(os.getxattr(fd, XATTR_TREE_OBJECTS))
+    except (OSError, ValueError):
+        return None
 
 
 def remove(dir_fd: int, name: str) -> None:

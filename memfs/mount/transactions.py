@@ -5,20 +5,23 @@ A part of the core beside the data path. The root serves ``user.memfs.source`` a
 upload) and ``user.memfs.atomic`` (``_make_private``: from then on the descriptor reads the version
 it started from, its writes are seen by no one else, fsync uploads them in one PUT conditional on
 that version, and a close without fsync discards them). ``fsetxattr`` reaches the mount without a
-file handle, so the caller's handle is found by thread, then by process (``_handle_of``). Nothing
-else is stored: other names are ENOTSUP (set) or ENODATA (get).
+file handle, so the caller's handle is found by thread, then by process (``_handle_of``). A
+directory answers ``user.memfs.listing-cut`` and ``user.memfs.tree-objects`` (what the memory
+tool's view and delete need to know of it). Nothing else is stored: other names are ENOTSUP (set)
+or ENODATA (get).
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import time
 
 from memfs import protocol
 from memfs.mount.handles import OpenFile
-from memfs.mount.nodes import ROOT_INODE, Kind
+from memfs.mount.nodes import ROOT_INODE, Kind, Node
 from memfs.mount.quota import Usage
 from memfs.mount.state import CoreState, Part, fail, thread_group
 
@@ -86,11 +89,23 @@ class Transactions(Part):
             if self.state.node(inode).listing_cut:
                 return b"1"
             raise fail(errno.ENODATA)
+        if name == protocol.XATTR_TREE_OBJECTS and self.state.node(inode).kind is Kind.DIR:
+            return str(await self.tree_objects(self.state.node(inode))).encode()
         fh = self._handle_of(inode, pid)
         agent = self.handles.files[fh].agent if fh is not None else None
         if name == XATTR_AGENT and agent:
             return agent.encode()
         raise fail(errno.ENODATA)
+
+    async def tree_objects(self, node: Node) -> int:
+        """How many objects S3 holds under the directory, counted up to
+        ``TREE_OBJECTS_COUNTED`` + 1 (``XATTR_TREE_OBJECTS``): keys, not entries — a name no
+        entry shows, a marker, a file hidden under a directory's name all count, as a delete
+        must remove each. Moves into or out of it reach S3 first."""
+        await self.state.moves.settled(trees=[node.path])
+        walk = self.store.walk_keys(node.path)  # a generator: a LIST page when needed
+        limit = protocol.TREE_OBJECTS_COUNTED + 1
+        return await self.state.s3(lambda: sum(1 for _ in itertools.islice(walk, limit)))
 
     def listxattr(self, inode: int) -> list[str]:
         return list(self._root_xattrs()) if inode == ROOT_INODE else []

@@ -425,3 +425,34 @@ def test_keys_no_entry_shows_cost_a_page_only_beyond_the_entries_shown(subdirs: 
         assert store.calls["LIST"] == 6, dict(store.calls)  # all of it: 6,000 keys
     else:
         assert names == [] and store.calls["LIST"] == 1, dict(store.calls)  # before: 3
+
+
+def test_a_directory_counts_its_objects_up_to_a_bound() -> None:
+    """``user.memfs.tree-objects``: every key under a directory — its marker, keys no entry
+    shows, a file hidden by a directory's name — counted up to TREE_OBJECTS_COUNTED + 1, a
+    LIST per 1,000 (seventh hostile review, F23: the memory tool's delete bound counted
+    entries, and subdirectories that list empty took 30,024 keys with them)."""
+    store = MemoryStore()
+    for key in ("few/", "few/a.md", "few/x_$folder$", "few/s/b.md", "few/s", "few//odd"):
+        store.put(key, b"x", {})
+    for i in range(protocol.TREE_OBJECTS_COUNTED + 3_000):
+        store.put(f"many/d{i % 7}/x{i:05d}_$folder$", b"", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+
+    async def main() -> None:
+        few = await core.lookup(ROOT_INODE, "few")
+        many = await core.lookup(ROOT_INODE, "many")
+        a = await core.lookup(few.inode, "a.md")
+        assert few is not None and many is not None and a is not None
+        store.calls.clear()
+        assert await core.getxattr(few.inode, protocol.XATTR_TREE_OBJECTS, 0) == b"6"
+        assert store.calls["LIST"] == 1
+        store.calls.clear()
+        counted = await core.getxattr(many.inode, protocol.XATTR_TREE_OBJECTS, 0)
+        assert int(counted) == protocol.TREE_OBJECTS_COUNTED + 1
+        assert store.calls["LIST"] == 3, dict(store.calls)  # of the 5 pages it holds
+        with pytest.raises(OSError) as not_dir:
+            await core.getxattr(a.inode, protocol.XATTR_TREE_OBJECTS, 0)
+        assert not_dir.value.errno == errno.ENODATA
+
+    trio.run(main)

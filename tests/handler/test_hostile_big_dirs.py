@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from memfs.memory.commands import MAX_DELETE_ENTRIES, MemoryHandler
+from memfs.memory.commands import MAX_DELETE_ENTRIES, MAX_DELETE_OBJECTS, MemoryHandler
 from memfs.memory.errors import CommandError
 from memfs.memory.view import MAX_VIEW_DIRS, MAX_VIEW_NAMES, VIEW_CHAR_LIMIT, directory_listing
 from memfs.mount.dirhandles import READDIR_METADATA_BUDGET, READDIR_PAGE, UNSHOWN_KEYS_READ
-from memfs.protocol import RENAME_DIR_KEYS, RMDIR_UNSHOWN_KEYS
+from memfs.protocol import RENAME_DIR_KEYS
 from tests.conftest import BUCKET
 from tests.support.s3proxy import S3Proxy
 
@@ -241,27 +241,57 @@ def test_a_directory_too_big_to_move_or_delete_in_one_step_is_refused_before_any
     assert left == RENAME_DIR_KEYS + 1
 
 
-def test_deleting_a_directory_of_too_many_keys_no_entry_shows_says_so(s3, mnt: Path) -> None:
-    """Fifth hostile review, F11: deleting a directory of 30,000 planted s3fs markers listed
-    and deleted them all while the kernel held the parent's lock (26 s for a lookup there). Past
-    RMDIR_UNSHOWN_KEYS the delete removes what it shows and says why the directory stays; the
-    markers are left for an S3 tool. Within it, they go with the directory."""
-    plant(s3, [f"uns/x{i:05d}_$folder$" for i in range(RMDIR_UNSHOWN_KEYS + 1)])
-    plant(s3, ["uns/a.md", "few/y_$folder$", "few/b.md"])
+def stored(s3, prefix: str) -> int:
+    paginator = s3.get_paginator("list_objects_v2")
+    return sum(page["KeyCount"] for page in paginator.paginate(Bucket=BUCKET, Prefix=prefix))
+
+
+def test_a_delete_counts_the_objects_no_entry_shows(s3, mnt: Path) -> None:
+    """Fifth hostile review, F11: deleting a directory of 30,000 planted s3fs markers deleted
+    them all while the kernel held the parent's lock. Seventh, F23: subdirectories made only of
+    markers list empty, so the delete's bound of entries counted 27 and took 30,024 keys with
+    them (131 s). A delete is refused before anything is removed when the tree holds more than
+    MAX_DELETE_OBJECTS objects, whatever its entries show; within it, the markers go too."""
+    per_dir = MAX_DELETE_OBJECTS // 3 + 1
+    assert per_dir <= UNSHOWN_KEYS_READ  # each lists as empty (not cut): 4 entries in all
+    plant(s3, [f"uns/s{d}/x{i:05d}_$folder$" for d in range(3) for i in range(per_dir)])
+    plant(s3, ["uns/a.md", "few/y_$folder$", "few/sub/z_$folder$", "few/b.md"])
     h = MemoryHandler(mnt)
     with pytest.raises(CommandError) as refused:
         h.run({"command": "delete", "path": "/memories/uns"})
     assert str(refused.value) == (
-        "Could not delete /memories/uns: the directory is not empty: another writer added to it, "
-        f"or (on memfs) it holds more than {RMDIR_UNSHOWN_KEYS:,} stored objects that no file "
-        "name shows, which only an S3 tool can remove (ENOTEMPTY).")
-    assert os.listdir(mnt / "uns") == []  # its file went; the markers stay
-    paginator = s3.get_paginator("list_objects_v2")
-    left = sum(page["KeyCount"] for page in paginator.paginate(Bucket=BUCKET, Prefix="uns/"))
-    assert left == RMDIR_UNSHOWN_KEYS + 1
+        f"Could not delete /memories/uns: it holds more than {MAX_DELETE_OBJECTS:,} stored "
+        "objects (counting ones no file name shows, such as s3fs markers, which only an S3 tool "
+        "can remove), and a delete removes them one by one; delete its subdirectories or files "
+        "in smaller parts. Nothing was deleted.")
+    assert sorted(os.listdir(mnt / "uns")) == ["a.md", "s0", "s1", "s2"]
+    assert stored(s3, "uns/") == 3 * per_dir + 1
+    # One of them at a time is within the bound: its markers go with it.
+    assert h.run({"command": "delete", "path": "/memories/uns/s1"}) == (
+        "Successfully deleted /memories/uns/s1")
+    assert stored(s3, "uns/s1/") == 0
     assert h.run({"command": "delete", "path": "/memories/few"}) == (
         "Successfully deleted /memories/few")
-    assert not s3.list_objects_v2(Bucket=BUCKET, Prefix="few/").get("KeyCount")
+    assert stored(s3, "few/") == 0
+
+
+def test_a_delete_of_a_directory_whose_listing_was_cut_is_refused(s3, mnt: Path) -> None:
+    """Seventh hostile review, F25: files behind planted markers that stop a listing are not
+    shown, so a delete removed what it saw and then answered "not empty", naming causes that
+    were not the case. It is refused before anything is removed, naming the directory memfs
+    stopped listing."""
+    plant(s3, [f"top/hide/!{i:05d}_$folder$" for i in range(UNSHOWN_KEYS_READ + 2)])
+    plant(s3, ["top/hide/notes.md", "top/seen.md"])
+    h = MemoryHandler(mnt)
+    with pytest.raises(CommandError) as refused:
+        h.run({"command": "delete", "path": "/memories/top"})
+    assert str(refused.value) == (
+        "Could not delete /memories/top: memfs stopped listing /memories/top/hide after stored "
+        "objects no file name shows (such as s3fs markers), so the files after them are not "
+        "listed and a delete would leave them; remove those objects with an S3 tool. Nothing "
+        "was deleted.")
+    assert stored(s3, "top/") == UNSHOWN_KEYS_READ + 4
+    assert sorted(os.listdir(mnt / "top")) == ["hide", "seen.md"]
 
 
 @pytest.mark.parametrize("entries", [3, 2_000])
