@@ -179,10 +179,7 @@ class DirHandles(Part):
                 snap.set_entry(k, None)
             else:
                 children.append((name, child))
-        budget = max(0, READDIR_METADATA_BUDGET - snap.budget.metadata_reads)
-        with_metadata, read = await self._with_metadata(snap, children, budget)
-        snap.budget.metadata_reads += read
-        known = dict(with_metadata)
+        known = dict(await self._with_metadata(snap, children))
         for k in todo:
             if not snap.is_made(k):
                 snap.set_entry(k, known.get(snap.names[k]))
@@ -208,10 +205,10 @@ class DirHandles(Part):
         read: the kernel is told to check them (lookup, getattr) before using them."""
         return not node.meta_known and not self.state.is_local(node)
 
-    async def _with_metadata(self, snap: DirSnapshot, children: list[tuple[str, Node]],
-                             budget: int) -> tuple[list[tuple[str, Node]], int]:
-        """The entries with their stored type, mode, owner and mtime, read where unknown (for
-        at most ``budget`` of them), and how many were read.
+    async def _with_metadata(self, snap: DirSnapshot,
+                             children: list[tuple[str, Node]]) -> list[tuple[str, Node]]:
+        """The entries with their stored type, mode, owner and mtime, read where unknown, for
+        as many as the listing's budget (``READDIR_METADATA_BUDGET``) has left.
 
         Trap: readdirplus hands the kernel each entry's attributes, and the kernel keeps an
         inode's type for good. A LIST carries no metadata, so an entry not read yet would show
@@ -228,9 +225,12 @@ class DirHandles(Part):
         looks it up first, which reads its metadata then, and a symlink gets its own inode.
         Only a readdir's own file type (``d_type``: `find -type l`) can be wrong for them.
         """
+        spent = snap.budget  # the listing's: charged before any await, as handles share it
+        budget = max(0, READDIR_METADATA_BUDGET - spent.metadata_reads)
         unknown = [i for i, (_, n) in enumerate(children) if self.provisional(n)][:budget]
+        spent.metadata_reads += len(unknown)
         if not unknown:
-            return children, 0
+            return children
         found: list[Node | None] = [n for _, n in children]
         errors: list[OSError] = []
 
@@ -243,7 +243,6 @@ class DirHandles(Part):
         async with trio.open_nursery() as nursery:
             for i in unknown:
                 size = children[i][1].size
-                spent = snap.budget
                 whole = size <= SMALL_FILE and spent.fetched_whole + size <= READDIR_WHOLE_BYTES
                 spent.fetched_whole += size if whole else 0
                 # None: up to SMALL_FILE, within the mount's per-minute budget too (read_metadata)
@@ -251,7 +250,7 @@ class DirHandles(Part):
         if errors:
             raise errors[0]
         return [(name, n) for (name, _), n in zip(children, found, strict=True)
-                if n is not None], len(unknown)
+                if n is not None]
 
     def releasedir(self, fh: int) -> None:
         inode, snap = self.handles.dirs.pop(fh, (0, None))

@@ -456,3 +456,30 @@ def test_a_directory_counts_its_objects_up_to_a_bound() -> None:
         assert not_dir.value.errno == errno.ENODATA
 
     trio.run(main)
+
+
+def test_handles_reading_at_once_never_spend_more_than_the_listing_budget(monkeypatch) -> None:
+    """The budget is charged before any request: two handles reading different pages at once
+    must not each see it whole (each would then read a budget's worth)."""
+    monkeypatch.setattr(dirhandles, "READDIR_METADATA_BUDGET", 100)
+    store = MemoryStore()
+    for i in range(2_500):
+        store.put(f"big/f{i:05d}", b"x", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        big = await core.lookup(ROOT_INODE, "big")
+        assert big is not None
+        first = await core.opendir(big.inode)
+        await core.dir_page(first, 0)  # the LIST's first page; 100 entries' metadata read
+        second = await core.opendir(big.inode)  # shares the LIST, and what it spent
+        monkeypatch.setattr(dirhandles, "READDIR_METADATA_BUDGET", 100 + 50)
+        store.calls.clear()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(core.dir_page, first, 300)
+            nursery.start_soon(core.dir_page, second, 700)
+        assert store.calls["GET"] == 50, dict(store.calls)  # not 50 each
+        core.releasedir(first)
+        core.releasedir(second)
+
+    trio.run(main)
