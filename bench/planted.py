@@ -2,8 +2,11 @@
 
 N one-byte objects under ``big/`` (planted with boto3, not counted), then on a fresh memfs mount
 with an empty cache, through the counting proxy: the memory tool's ``view /memories/big``, and
-after it an ``ls -f`` of the whole directory. Each row gives wall time, S3 requests by type and
-the daemon's memory (VmRSS before and after, VmHWM). On moto by default, or a real server::
+after it an ``ls -f`` of the whole directory; then, each on a fresh mount of its own, ``--readers``
+readers of the whole directory (``ls -f``, the last a ``find``) started at once, and started
+``--gap`` seconds apart (they share one LIST and one metadata budget: issue #30, F19/F24). Each
+row gives wall time, S3 requests by type and the daemon's memory (VmRSS before and after,
+VmHWM). On moto by default, or a real server::
 
     python -m bench.planted --files 100000 [--endpoint URL --bucket B] [--ttl 30]
 
@@ -21,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench import targets
@@ -37,6 +41,20 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def read_all(mnt: Path, readers: int, gap: float) -> str:
+    """``readers`` whole reads of ``big/`` (``ls -f``; the last a ``find``), started ``gap``
+    seconds apart; the names each saw."""
+    commands = [["ls", "-f", str(mnt / "big")]] * (readers - 1) + [
+        ["find", str(mnt / "big"), "-maxdepth", "1"]]
+    procs = []
+    for i, command in enumerate(commands):
+        if i and gap:
+            time.sleep(gap)
+        procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
+    seen = [len(proc.communicate()[0].splitlines()) for proc in procs]
+    return "names each: " + " ".join(f"{n:,}" for n in seen)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.planted", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -45,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket", help="a bucket on --endpoint (default: a new one)")
     parser.add_argument("--ttl", default="30", help="the mount's --metadata-ttl")
     parser.add_argument("--no-ls", action="store_true", help="only the view")
+    parser.add_argument("--readers", type=int, default=4,
+                        help="readers of the whole directory at once (0: no such steps)")
+    parser.add_argument("--gap", type=float, default=8.0,
+                        help="seconds between the readers' starts in the staggered step")
     parser.add_argument("--no-proxy", action="store_true",
                         help="mount the server itself: times without the counting proxy (which "
                              "runs in this process, beside the handler), no request counts")
@@ -69,17 +91,27 @@ def main(argv: list[str] | None = None) -> int:
                              b"x", threads=16)
         proxy = stack.enter_context(S3Proxy(server))
         mounts = Mounts(server if args.no_proxy else proxy.url, Path(tmp), clean=True)
-        try:
+        def fresh_mount() -> tuple[Path, int]:
             mnt = mounts.memfs("--metadata-ttl", args.ttl, bucket=bucket, log_level=None)
-            pid = mounts.mounts[-1].proc.pid
-            steps = [("view /memories/big",
-                      lambda: MemoryHandler(mnt).run({"command": "view",
-                                                      "path": "/memories/big"}))]
+            return mnt, mounts.mounts[-1].proc.pid
+
+        try:
+            mnt, pid = fresh_mount()
+            steps: list[tuple[str, Callable[[], str], bool]] = [
+                ("view /memories/big", lambda: MemoryHandler(mnt).run(
+                    {"command": "view", "path": "/memories/big"}), False)]
             if not args.no_ls:
                 steps.append(("then ls -f big/ (all of it)", lambda: subprocess.run(
                     ["ls", "-f", str(mnt / "big")], check=True, capture_output=True,
-                    text=True).stdout))
-            for name, fn in steps:
+                    text=True).stdout, False))
+            if args.readers > 0:
+                steps.append((f"fresh mount: {args.readers} readers of big/ at once",
+                              lambda: read_all(mnt, args.readers, 0.0), True))
+                steps.append((f"fresh mount: {args.readers} readers, {args.gap:g} s apart",
+                              lambda: read_all(mnt, args.readers, args.gap), True))
+            for name, fn, fresh in steps:
+                if fresh:
+                    mnt, pid = fresh_mount()
                 load = f"{os.getloadavg()[0]:.2f}"
                 before = rss_mib(pid)
                 proxy.reset_counts()
@@ -88,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                 seconds = time.monotonic() - t0
                 counts = {k: v for k, v in proxy.counts().items() if v}
                 tail = out.strip().splitlines()[-1] if name.startswith("view") else \
-                    f"{len(out.splitlines()) - 2:,} names"
+                    out if fresh else f"{len(out.splitlines()) - 2:,} names"
                 rows.append((name, load, seconds, counts, before, rss_mib(pid), peak_rss_mib(pid),
                              tail[:160]))
                 print(f"[planted] {name}: {seconds:.2f} s", file=sys.stderr, flush=True)
