@@ -39,6 +39,16 @@ SMALL_FILE = 256 * 1024
 # of 256 KiB had moved 97 MiB into the content cache, and `ls -l` of 100,000 would move 24 GiB
 # (sixth hostile review, F20). An agent's memories (KiBs each) never reach it.
 LOOKUP_WHOLE_BYTES_PER_MINUTE = 32 * 1024 * 1024
+# The longest symlink target Linux takes (symlink(2): PATH_MAX less its NUL). A bucket writer's
+# object marked as a symlink with a longer body is no symlink anyone could have made: its
+# readlink is EIO, and its body is never read into memory for it.
+SYMLINK_TARGET_MAX = 4095
+
+
+def _not_a_target(node: Node) -> OSError:
+    log.warning("%s is marked a symlink but its object holds %d bytes, more than any target "
+                "(%d): readlink answers EIO", node.path, node.size, SYMLINK_TARGET_MAX)
+    return fail(errno.EIO)
 
 
 class ByteBudget:
@@ -185,7 +195,7 @@ class Namespace(Part):
         if data is not None:
             if cached is None:
                 self.content.put_bytes(path, info.etag, data, info)
-            if kind is Kind.LINK:
+            if kind is Kind.LINK and len(data) <= SYMLINK_TARGET_MAX:
                 node.symlink_target = data
         return node
 
@@ -199,7 +209,7 @@ class Namespace(Part):
             return None
         if kind_of_mode(entry.info.mode) is not Kind.LINK:
             return entry.info, None
-        if entry.size > SMALL_FILE:
+        if entry.size > SYMLINK_TARGET_MAX:
             return None
         blob = self.content.open(entry, entry.verified or self.content.verify(entry))
         return (entry.info, blob.read_all()) if blob is not None else None
@@ -252,13 +262,21 @@ class Namespace(Part):
             self.state.kernel.forget_entry(parent.inode, name)
 
     async def readlink(self, inode: int) -> bytes:
+        """The symlink's target (its object's body), fetched once and kept on the node —
+        unless the object is longer than any target (``SYMLINK_TARGET_MAX``): then EIO, never
+        fetched (eighth hostile review: four planted "symlinks" of 64 MiB each were read whole
+        and kept, the daemon at +400 MB, and the kernel refused the reply anyway)."""
         node = self.state.node(inode)
         if node.kind is not Kind.LINK:
             raise fail(errno.EINVAL)
         if node.symlink_target is None:
+            if node.size > SYMLINK_TARGET_MAX:
+                raise _not_a_target(node)
             await self.state.settled(node.path)
             data, info = await self.state.s3(self.store.get, node.path)
             node.apply_info(info, time.time())
+            if len(data) > SYMLINK_TARGET_MAX:  # (replaced since it was listed)
+                raise _not_a_target(node)
             node.symlink_target = data
         return node.symlink_target
 

@@ -483,3 +483,32 @@ def test_handles_reading_at_once_never_spend_more_than_the_listing_budget(monkey
         core.releasedir(second)
 
     trio.run(main)
+
+
+@pytest.mark.parametrize("size", [namespace.SYMLINK_TARGET_MAX + 1, 64 * 1024, 4 * 1024 * 1024])
+def test_a_planted_symlink_longer_than_any_target_is_never_read_for_it(size: int) -> None:
+    """Eighth hostile review: objects marked as symlinks (s3fs's mode) with 64 MiB bodies were
+    fetched whole at readlink and kept on their nodes (+400 MB for four), and the kernel then
+    refused the reply (EIO). A body longer than any target Linux takes is no target: readlink
+    answers EIO and the daemon keeps none of it; a real target still reads."""
+    link_mode = {protocol.META_MODE: str(stat.S_IFLNK | 0o777)}
+    store = MemoryStore()
+    store.put("d/big", b"/" + b"a" * (size - 1), link_mode)
+    store.put("d/ok", b"/" + b"b" * (namespace.SYMLINK_TARGET_MAX - 1), link_mode)
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        d = await core.lookup(ROOT_INODE, "d")
+        assert d is not None
+        big = await core.lookup(d.inode, "big")
+        ok = await core.lookup(d.inode, "ok")
+        assert big is not None and big.kind is Kind.LINK and ok is not None
+        store.calls.clear()
+        for _ in range(2):
+            with pytest.raises(OSError) as refused:
+                await core.readlink(big.inode)
+            assert refused.value.errno == errno.EIO
+        assert big.symlink_target is None and store.calls["GET"] == 0, dict(store.calls)
+        assert await core.readlink(ok.inode) == b"/" + b"b" * (namespace.SYMLINK_TARGET_MAX - 1)
+
+    trio.run(main)
