@@ -75,7 +75,7 @@ def _too_big_to_delete(mp: MemoryPath, size: files.TreeSize) -> str | None:
         where = mp.display + "".join("/" + names.escape(part)
                                      for part in size.cut.split("/")[1:])
         return (f"Could not delete {mp.display}: memfs stopped listing {where} after stored "
-                f"objects no file name shows (such as s3fs markers), so the files after them "
+                f"objects no file name shows (such as s3fs markers), so any files after them "
                 f"are not listed and a delete would leave them; remove those objects with an S3 "
                 f"tool. Nothing was deleted.")
     return None

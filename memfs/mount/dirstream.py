@@ -50,8 +50,10 @@ class ReadBudget:
 class DirStream:
     """The pages of one delimited LIST so far (see the module docstring).
 
-    INVARIANT: every name in ``names`` is in ``listing.files`` or ``listing.dirs`` (never both),
-    exactly once; ``pending`` holds files not final yet, none of them in ``listing``.
+    INVARIANT (until ``complete``): every name in ``names`` is in ``listing.files`` or
+    ``listing.dirs`` (never both), exactly once; ``pending`` holds files not final yet, none of
+    them in ``listing``. Once complete, ``listing`` is the directory's installed listing (no
+    copy), which this mount's own changes then update.
     """
 
     # When the first page was sent: the listing holds what S3 held from then on.

@@ -287,7 +287,7 @@ def test_a_delete_of_a_directory_whose_listing_was_cut_is_refused(s3, mnt: Path)
         h.run({"command": "delete", "path": "/memories/top"})
     assert str(refused.value) == (
         "Could not delete /memories/top: memfs stopped listing /memories/top/hide after stored "
-        "objects no file name shows (such as s3fs markers), so the files after them are not "
+        "objects no file name shows (such as s3fs markers), so any files after them are not "
         "listed and a delete would leave them; remove those objects with an S3 tool. Nothing "
         "was deleted.")
     assert stored(s3, "top/") == UNSHOWN_KEYS_READ + 4
