@@ -3,8 +3,10 @@
 N one-byte objects under ``big/`` (planted with boto3, not counted), then on a fresh memfs mount
 with an empty cache, through the counting proxy: the memory tool's ``view /memories/big``, and
 after it an ``ls -f`` of the whole directory; then, each on a fresh mount of its own, ``--readers``
-readers of the whole directory (``ls -f``, the last a ``find``) started at once, and started
-``--gap`` seconds apart (they share one LIST and one metadata budget: issue #30, F19/F24). Each
+readers of the whole directory (``ls -f``, the last a ``find``) started at once, started
+``--gap`` seconds apart (they share one LIST and one metadata budget: issue #30, F19/F24), and
+one after another, each once the listing has expired (each re-lists; the metadata read by the
+first comes from the content cache: F28). Each
 row gives wall time, S3 requests by type and the daemon's memory (VmRSS before and after,
 VmHWM). On moto by default, or a real server::
 
@@ -52,6 +54,18 @@ def read_all(mnt: Path, readers: int, gap: float) -> str:
             time.sleep(gap)
         procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
     seen = [len(proc.communicate()[0].splitlines()) for proc in procs]
+    return "names each: " + " ".join(f"{n:,}" for n in seen)
+
+
+def read_in_turn(mnt: Path, readers: int, pause: float) -> str:
+    """``readers`` ``ls -f`` of ``big/``, each ``pause`` seconds after the last one ended."""
+    seen = []
+    for i in range(readers):
+        if i:
+            time.sleep(pause)
+        out = subprocess.run(["ls", "-f", str(mnt / "big")], check=True, capture_output=True,
+                             text=True).stdout
+        seen.append(len(out.splitlines()))
     return "names each: " + " ".join(f"{n:,}" for n in seen)
 
 
@@ -109,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
                               lambda: read_all(mnt, args.readers, 0.0), True))
                 steps.append((f"fresh mount: {args.readers} readers, {args.gap:g} s apart",
                               lambda: read_all(mnt, args.readers, args.gap), True))
+                pause = float(args.ttl) + 1
+                steps.append((f"fresh mount: {args.readers} ls -f one after another, "
+                              f"{pause:g} s between",
+                              lambda: read_in_turn(mnt, args.readers, pause), True))
             for name, fn, fresh in steps:
                 if fresh:
                     mnt, pid = fresh_mount()

@@ -101,7 +101,10 @@ class DirHandles(Part):
                if i >= start]
         i, shown = max(start, 2), len(out)
         while len(out) == shown:  # a page of vanished entries: the next one
-            await self._names_until(snap, i - 2 + READDIR_PAGE)
+            # The next LIST page only once this one's names are all handed out (a shorter
+            # reply at the page's end): its entries are read while they are current, not after
+            # a page that took longer than the TTL to arrive (F28).
+            await self._names_until(snap, i - 2 + 1)
             total = len(snap.names) + 2
             if i >= total:
                 break
@@ -169,12 +172,13 @@ class DirHandles(Part):
             return
         # While a LIST is read page by page, the pages are S3's: a name this mount removed
         # since the LIST began is gone (a whole listing replays such changes when installed).
-        streaming = snap.stream is not None and not snap.stream.complete
+        stream = snap.stream if snap.stream is not None and not snap.stream.complete else None
         children = []
         for k in todo:
             name = snap.names[k]
-            child = None if streaming and self._removed_since(snap, name) else \
-                self.listings.sync_child(snap.node, name, snap.listing)
+            child = None if stream is not None and self._removed_since(snap, name) else \
+                self.listings.sync_child(snap.node, name, snap.listing,
+                                         stream.current_as_of(k) if stream is not None else None)
             if child is None:
                 snap.set_entry(k, None)
             else:

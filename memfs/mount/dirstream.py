@@ -18,6 +18,7 @@ whole listing would hold them; nothing here sends a request (``ListingCache.stre
 
 from __future__ import annotations
 
+import bisect
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -60,6 +61,13 @@ class DirStream:
     started: float = 0.0
     # When the first page arrived (what its entries are known to be current as of).
     arrived: float = 0.0
+    # Per page, (how many names were final once it was added, when it arrived): a name is as
+    # current as the page that made it final (``current_as_of``), as a whole listing is as of
+    # its last page (``ListingCache._install``). Stamped with the first page's time, the
+    # entries of a LIST slower than the TTL were stale as they were read, and every re-read
+    # of a planted 100,000 fetched their metadata again instead of the content cache's
+    # (eighth hostile review, F28).
+    arrivals: list[tuple[int, float]] = field(default_factory=list)
     listing: Listing = field(default_factory=Listing)
     names: list[str] = field(default_factory=list)
     pending: dict[str, ObjectInfo] = field(default_factory=dict)
@@ -78,8 +86,9 @@ class DirStream:
     readers: int = 0
     budget: ReadBudget = field(default_factory=ReadBudget)
 
-    def add(self, page: ListingPage) -> None:
-        """Take the next page: its final names are appended to ``names``."""
+    def add(self, page: ListingPage, arrived: float = 0.0) -> None:
+        """Take the next page (answered at ``arrived``): its final names are appended to
+        ``names``."""
         final: list[tuple[str, str]] = []  # (where S3 orders it, name)
         mine = self.listing
         mine.has_marker |= page.listing.has_marker
@@ -105,6 +114,12 @@ class DirStream:
             mine.files[name] = self.pending.pop(name)
             final.append((name, name))
         self.names += [name for _, name in sorted(final)]
+        self.arrivals.append((len(self.names), arrived))
+
+    def current_as_of(self, k: int) -> float:
+        """When the page that made ``names[k]`` final arrived."""
+        i = bisect.bisect_right(self.arrivals, k, key=lambda page: page[0])
+        return self.arrivals[i][1] if i < len(self.arrivals) else self.arrived
 
     def check_invariants(self) -> None:
         files, dirs = self.listing.files, self.listing.dirs

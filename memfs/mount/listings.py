@@ -136,9 +136,10 @@ class ListingCache(Part):
             await self.state.moves.settled(dirs=[dnode.path])  # S3 has every move into or out of it
             stream.started = time.time()
         page = await self.state.s3(self.store.list_dir_page, dnode.path, stream.token)
+        arrived = time.time()
         if stream.pages == 0:
-            stream.arrived = time.time()
-        stream.add(page)
+            stream.arrived = arrived
+        stream.add(page, arrived)
         if not stream.complete:
             dnode.wide = True
             if page.listing.files or page.listing.dirs:
@@ -297,12 +298,14 @@ class ListingCache(Part):
                 break
             node = self.inodes.at(node.parent_path())
 
-    def sync_child(self, parent: Node, name: str, listing: DirCache) -> Node | None:
-        """Bring the node for ``parent/name`` in line with the listing; None if it is gone."""
+    def sync_child(self, parent: Node, name: str, listing: DirCache,
+                   seen_at: float | None = None) -> Node | None:
+        """Bring the node for ``parent/name`` in line with the listing (whose entry for it is
+        current as of ``seen_at``, else of the listing's time); None if it is gone."""
         path = child_path(parent.path, name)
         node = self.inodes.at(path)
         kind = listing.kind_of(name)
-        now = listing.fetched_at
+        now = listing.fetched_at if seen_at is None else seen_at
         if node is not None and self.state.is_local(node):
             return node
         if kind is None:

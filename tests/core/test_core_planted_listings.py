@@ -512,3 +512,34 @@ def test_a_planted_symlink_longer_than_any_target_is_never_read_for_it(size: int
         assert await core.readlink(ok.inode) == b"/" + b"b" * (namespace.SYMLINK_TARGET_MAX - 1)
 
     trio.run(main)
+
+
+def test_a_reader_after_the_ttl_finds_the_metadata_read_before_in_the_content_cache(
+        monkeypatch) -> None:
+    """Eighth hostile review, F28: every full read of a planted 100,000 after the TTL fetched up
+    to 2,176 of its first 4,096 files' metadata again. A page's entries were taken as current
+    as of the LIST's first page, so those of later pages were stale as they were read and the
+    content cache's copy (same ETag) was not trusted. Each entry is as current as its page."""
+    monkeypatch.setattr(dirhandles, "READDIR_METADATA_BUDGET", 1_500)
+    store = MemoryStore()
+    for i in range(3_000):
+        store.put(f"big/f{i:05d}", b"x", {})
+    listed = store.list_dir_page
+
+    def slow_page(*args, **kwargs):
+        time.sleep(TTL * 1.2)  # each page arrives past the TTL of the one before
+        return listed(*args, **kwargs)
+
+    monkeypatch.setattr(store, "list_dir_page", slow_page)
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+    big = trio.run(core.lookup, ROOT_INODE, "big")
+    assert big is not None
+    reads = []
+    for reader in range(3):
+        if reader == 2:  # a bucket writer replaces one of the files read before
+            store.put("big/f01200", b"changed", {})
+        time.sleep(TTL * 1.5)
+        store.calls.clear()
+        assert len(read_dir(core, big.inode)) == 3_000
+        reads.append(store.calls["GET"] + store.calls["HEAD"])
+    assert reads == [1_500, 0, 1], reads  # before: [1500, 500, 500]

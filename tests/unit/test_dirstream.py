@@ -49,9 +49,12 @@ def test_names_are_final_once_and_complete(keys: set[str], cuts: list[int]) -> N
     whole_dirs = {e[:-1] for e in entries if e.endswith("/")}
     whole_files = {e for e in entries if not e.endswith("/")} - whole_dirs
     stream = DirStream()
-    for page in pages_of(entries, cuts):
-        stream.add(page)
+    arrivals: list[float] = []  # of the page that made each name final
+    for n, page in enumerate(pages_of(entries, cuts)):
+        stream.add(page, float(n))
         stream.check_invariants()
+        arrivals += [float(n)] * (len(stream.names) - len(arrivals))
+        assert [stream.current_as_of(k) for k in range(len(stream.names))] == arrivals
         # Handed out so far: each as the whole listing has it (a file never turns into a dir).
         assert set(stream.listing.files) <= whole_files
         assert stream.listing.dirs <= whole_dirs
@@ -65,10 +68,11 @@ def test_a_file_waits_for_the_page_that_passes_its_directory() -> None:
     # "a" (a file), "a!" (a file), then on the next page "a/" (a directory named "a").
     stream = DirStream()
     first = Listing(files={"a": ObjectInfo(1, '"1"', 0.0), "a!": ObjectInfo(1, '"2"', 0.0)})
-    stream.add(ListingPage(first, "a!", "t"))
+    stream.add(ListingPage(first, "a!", "t"), 1.0)
     assert stream.names == []  # neither is final: "a/" or "a!/" may still come
-    stream.add(ListingPage(Listing(dirs={"a"}), "a/", "t2"))
+    stream.add(ListingPage(Listing(dirs={"a"}), "a/", "t2"), 2.0)
     assert stream.names == ["a!", "a"]  # "a!" is final now ("a!/" < "a/"), "a" a directory
+    assert stream.current_as_of(0) == 2.0  # as of the page that made it final
     assert stream.listing.dirs == {"a"} and "a" in stream.listing.shadowed
     stream.add(ListingPage(Listing(files={"b": ObjectInfo(1, '"3"', 0.0)}), "b", None))
     assert stream.names == ["a!", "a", "b"] and stream.complete
