@@ -5,8 +5,9 @@ with an empty cache, through the counting proxy: the memory tool's ``view /memor
 after it an ``ls -f`` of the whole directory; then, each on a fresh mount of its own, ``--readers``
 readers of the whole directory (``ls -f``, the last a ``find``) started at once, started
 ``--gap`` seconds apart (they share one LIST and one metadata budget: issue #30, F19/F24), and
-one after another, each once the listing has expired (each re-lists; the metadata read by the
-first comes from the content cache: F28). Each
+one after another, each once the listing has expired (each re-lists), and ``--held`` handles
+held open, one per listing (each opened once the last expired and a bucket writer added a key,
+and read to all but its last 500 entries: F28). Each
 row gives wall time, S3 requests by type and the daemon's memory (VmRSS before and after,
 VmHWM). On moto by default, or a real server::
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import subprocess
 import sys
@@ -69,6 +71,21 @@ def read_in_turn(mnt: Path, readers: int, pause: float) -> str:
     return "names each: " + " ".join(f"{n:,}" for n in seen)
 
 
+def hold_open(mnt: Path, handles: int, pause: float, plant: Callable[[str], None],
+              each: int) -> str:
+    """``handles`` handles on ``big/``, each opened ``pause`` seconds after the last was read
+    (a bucket writer adds a key meanwhile: each reads a listing of its own) and read to its
+    ``each``-th entry, all held open until the last is read."""
+    with contextlib.ExitStack() as held:
+        for i in range(handles):
+            if i:
+                time.sleep(pause)
+                plant(f"big/new{i:03d}.md")
+            entries = held.enter_context(os.scandir(mnt / "big"))
+            read = sum(1 for _ in itertools.islice(entries, each))
+    return f"{handles} held, the last read {read:,} entries"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.planted", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -81,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="readers of the whole directory at once (0: no such steps)")
     parser.add_argument("--gap", type=float, default=8.0,
                         help="seconds between the readers' starts in the staggered step")
+    parser.add_argument("--held", type=int, default=0,
+                        help="handles held open, one per listing (0: no such step)")
     parser.add_argument("--no-proxy", action="store_true",
                         help="mount the server itself: times without the counting proxy (which "
                              "runs in this process, beside the handler), no request counts")
@@ -127,6 +146,11 @@ def main(argv: list[str] | None = None) -> int:
                 steps.append((f"fresh mount: {args.readers} ls -f one after another, "
                               f"{pause:g} s between",
                               lambda: read_in_turn(mnt, args.readers, pause), True))
+            if args.held > 0:
+                pause = float(args.ttl) + 1
+                steps.append((f"fresh mount: {args.held} handles held open, one per listing",
+                              lambda: hold_open(mnt, args.held, pause, lambda key: targets.populate(
+                                  server, bucket, [key], b"y"), max(1, args.files - 500)), True))
             for name, fn, fresh in steps:
                 if fresh:
                     mnt, pid = fresh_mount()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -93,7 +94,9 @@ class DirStream:
         mine = self.listing
         mine.has_marker |= page.listing.has_marker
         mine.unshown += page.listing.unshown
-        for name in page.listing.dirs:
+        # Names interned: every listing of the directory this mount reads (each re-read after
+        # the TTL, each handle held open on an older one) shares one string per name.
+        for name in map(sys.intern, page.listing.dirs):
             if name in mine.dirs:
                 continue
             shadowed = self.pending.pop(name, None) or mine.files.pop(name, None)
@@ -104,6 +107,7 @@ class DirStream:
             if name not in self.names:  # (a file already final: a server out of order)
                 final.append((name + "/", name))
         for name, info in page.listing.files.items():
+            name = sys.intern(name)
             if name in mine.dirs:
                 mine.shadowed[name] = info
             else:

@@ -7,8 +7,10 @@ on unread (provisional: looked up before use), and keys no entry can show stop a
 from __future__ import annotations
 
 import errno
+import gc
 import stat
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from memfs import protocol
 from memfs.mount import dirhandles, hiddenkeys, listings, namespace, rename
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
-from memfs.mount.nodes import ROOT_INODE, Kind
+from memfs.mount.nodes import ROOT_INODE, DirCache, Kind
 from memfs.protocol import XATTR_LISTING_CUT
 from tests.support.memory_store import MemoryStore
 
@@ -543,3 +545,59 @@ def test_a_reader_after_the_ttl_finds_the_metadata_read_before_in_the_content_ca
         assert len(read_dir(core, big.inode)) == 3_000
         reads.append(store.calls["GET"] + store.calls["HEAD"])
     assert reads == [1_500, 0, 1], reads  # before: [1500, 500, 500]
+
+
+def test_a_handle_held_open_lets_go_of_its_listing_once_a_newer_one_is_read(monkeypatch) -> None:
+    """Eighth hostile review, F28: a handle held open kept the listing it began with (~40 MB
+    per 100,000 entries in the daemon) while readers after the TTL read new ones, so handles
+    held open at different times added up. A handle whose LIST is read holds only its names
+    and nodes; what it has not made yet comes from the directory's newest listing."""
+    monkeypatch.setattr(dirhandles, "READDIR_METADATA_BUDGET", 100)
+    store = MemoryStore()
+    for i in range(2_500):
+        store.put(f"big/f{i:05d}", b"x", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+
+    async def main() -> None:
+        big = await core.lookup(ROOT_INODE, "big")
+        assert big is not None
+        held: list[tuple[int, weakref.ref[DirCache]]] = []
+        for generation in range(3):
+            if generation:
+                await trio.sleep(TTL * 1.5)  # expired: the next reader lists it again
+                store.put(f"big/new{generation}", b"y", {})  # a bucket writer adds a key
+            fh = await core.opendir(big.inode)
+            start = 0
+            while start < 2_300:  # all but the last two hundred entries or so, and kept open
+                page = await core.dir_page(fh, start)
+                start = page[-1][0] + 1
+            snap = core.handles.dirs[fh][1]
+            assert snap is not None and snap.listing is big.listing  # read to its end
+            held.append((start, weakref.ref(snap.listing)))
+        gc.collect()
+        alive = [ref() is not None for _, ref in held]
+        assert alive == [False, False, True], alive  # before: all three held
+        store.delete("big/f02499")  # the newest listing does not have it yet
+        await trio.sleep(TTL * 1.5)
+        last = await core.opendir(big.inode)
+        newest = [name for name, _ in await core.dir_entries(last)]
+        assert "f02499" not in newest and "new2" in newest
+        # The first handle reads on: its names, entries made from the newest listing.
+        first = next(iter(core.handles.dirs))
+        held_snap, newest_snap = (core.handles.dirs[fh][1] for fh in (first, last))
+        assert held_snap is not None and newest_snap is not None
+        # One string per name for every listing read, not one each.
+        assert all(a is b for a, b in zip(held_snap.names[:100], newest_snap.names[:100],
+                                          strict=True))
+        rest = []
+        start = held[0][0]
+        while page := await core.dir_page(first, start):
+            rest += [name for _, name, _ in page]
+            start = page[-1][0] + 1
+        assert rest == [f"f{i:05d}" for i in range(held[0][0] - 2, 2_499)], rest[-3:]
+        for fh in list(core.handles.dirs):
+            core.releasedir(fh)
+        assert not core.dir_handles.streams
+        core.check_invariants()
+
+    trio.run(main)
