@@ -25,7 +25,7 @@ from memfs.mount.nodes import Node
 from memfs.mount.prefetch import Prefetcher
 from memfs.mount.state import CoreState, Part, fail
 from memfs.s3 import transfer
-from memfs.s3.errors import NotModified, StoreError
+from memfs.s3.errors import NotModified, StoreError, TooBig
 from memfs.s3.objectmeta import ObjectInfo
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,10 @@ class Loader(Part):
             return
         try:
             data, info = await self.state.s3(self.store.get, node.path,
-                                             if_none_match=entry.etag if entry else None)
+                                             if_none_match=entry.etag if entry else None,
+                                             max_bytes=self.config.part_size)
+        except TooBig:  # replaced by a big object since it was listed: read it by ranges
+            return await self._load_ranged(of, False, expect)
         except NotModified:
             assert entry is not None
             blob = await self._open_entry(entry)

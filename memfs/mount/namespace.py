@@ -26,7 +26,7 @@ from memfs.mount.nodes import (
     type_bits,
 )
 from memfs.mount.state import Caller, CoreState, Part, fail
-from memfs.s3.errors import StoreError
+from memfs.s3.errors import StoreError, TooBig
 from memfs.s3.objectmeta import ObjectInfo
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ class Namespace(Part):
             if cached is not None:
                 info, data = cached
             elif self._fetch_whole(node, whole_up_to):
-                data, info = await self.state.s3(self.store.get, path)
+                data, info = await self._get_small(path, whole_up_to)
             else:
                 info = await self.state.s3(self.store.head, path)
         except StoreError as exc:
@@ -198,6 +198,16 @@ class Namespace(Part):
             if kind is Kind.LINK and len(data) <= SYMLINK_TARGET_MAX:
                 node.symlink_target = data
         return node
+
+    async def _get_small(self, path: str,
+                         whole_up_to: int | None) -> tuple[bytes | None, ObjectInfo | None]:
+        """A GET of a file the listing showed small, bounded by that (a bucket writer may have
+        replaced it with gigabytes since): past the bound, a HEAD instead."""
+        try:
+            return await self.state.s3(self.store.get, path, max_bytes=max(
+                SMALL_FILE if whole_up_to is None else whole_up_to, 0))
+        except TooBig:
+            return None, await self.state.s3(self.store.head, path)
 
     def _cached_info(self, node: Node) -> tuple[ObjectInfo, bytes | None] | None:
         """The metadata the content cache kept with the version a fresh listing names (after
@@ -273,10 +283,12 @@ class Namespace(Part):
             if node.size > SYMLINK_TARGET_MAX:
                 raise _not_a_target(node)
             await self.state.settled(node.path)
-            data, info = await self.state.s3(self.store.get, node.path)
+            try:  # (replaced since it was listed: read no further than a target can be)
+                data, info = await self.state.s3(self.store.get, node.path,
+                                                 max_bytes=SYMLINK_TARGET_MAX)
+            except TooBig:
+                raise _not_a_target(node) from None
             node.apply_info(info, time.time())
-            if len(data) > SYMLINK_TARGET_MAX:  # (replaced since it was listed)
-                raise _not_a_target(node)
             node.symlink_target = data
         return node.symlink_target
 

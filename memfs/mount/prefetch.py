@@ -146,7 +146,8 @@ class Prefetcher(Part):
         """GET one object into the content cache; failures are the open's to meet."""
         try:
             await self.state.settled(path)  # a moved object is read from its new key
-            data, info = await self.state.s3(self.store.get, path)
+            # Bounded: replaced by a bigger object since it was listed, it is not fetched (TooBig).
+            data, info = await self.state.s3(self.store.get, path, max_bytes=PREFETCH_MAX)
             if node.path == path and not node.detached and self.content.lookup(
                     path, info.etag) is None:
                 blob = self.state.staged(Blob.from_bytes, self.content.staging, data, info.etag)

@@ -203,10 +203,12 @@ class DirectRequests:
                           payload_sha256=sha256, answer_timeout=self.slow_read_timeout)
         return str(resp.headers.get("etag", ""))
 
-    def get(self, bucket: str, key: str, headers: Mapping[str, str]) -> http1.Response:
+    def get(self, bucket: str, key: str, headers: Mapping[str, str], *,
+            limit: int | None = None) -> http1.Response:
         """GET `key` (``headers``: its conditions); the 200 answer, its body read whole. A 304
-        is the ClientError botocore raises for it (code "304")."""
-        return self._send("GET", "GetObject", bucket, key, b"", headers)
+        is the ClientError botocore raises for it (code "304"). ``limit``: a body longer than
+        that is not read (``http1.TooLong``, the call counted as a failure, not retried)."""
+        return self._send("GET", "GetObject", bucket, key, b"", headers, limit=limit)
 
     def get_range(self, bucket: str, key: str, headers: Mapping[str, str],
                   sink: http1.Sink) -> http1.Response:
@@ -217,7 +219,7 @@ class DirectRequests:
     def _send(self, method: str, op: str, bucket: str, key: str, body: bytes | http1.FileBody,
               headers: Mapping[str, str], *, payload_sha256: str | None = None,
               answer_timeout: float | None = None,
-              sink: http1.Sink | None = None) -> http1.Response:
+              sink: http1.Sink | None = None, limit: int | None = None) -> http1.Response:
         """One call: attempts under botocore's standard retry policy, counted once; the 2xx
         response."""
         started = time.monotonic()
@@ -233,9 +235,12 @@ class DirectRequests:
             failure: botocore.exceptions.BotoCoreError | None = None
             try:
                 resp, error = self._attempt(target, method, op, path, body, headers,
-                                            payload_sha256, answer_timeout, sink)
+                                            payload_sha256, answer_timeout, sink, limit=limit)
             except botocore.exceptions.BotoCoreError as exc:  # no answer
                 failure = exc
+            except http1.TooLong:  # answered, with more than the caller will take
+                self._record(op, "ok", attempt - 1, key, started, 200)
+                raise
             if resp is not None and error is None:
                 self.quota.release_retry_quota(request_context, _Answer(resp))
                 self._record(op, "ok", attempt - 1, key, started, resp.status)
@@ -266,7 +271,7 @@ class DirectRequests:
     def _attempt(self, target: _Target, method: str, op: str, path: str,
                  body: bytes | http1.FileBody, headers: Mapping[str, str],
                  payload_sha256: str | None, answer_timeout: float | None,
-                 sink: http1.Sink | None = None
+                 sink: http1.Sink | None = None, *, limit: int | None = None
                  ) -> tuple[http1.Response, botocore.exceptions.ClientError | None]:
         signed = target.signer.sign(method, target.pool.host_header, path,
                                     {**headers, "User-Agent": USER_AGENT},
@@ -275,7 +280,7 @@ class DirectRequests:
                                     payload_sha256=payload_sha256)
         try:
             resp = target.pool.request(method, path, signed, body,
-                                       answer_timeout=answer_timeout, sink=sink)
+                                       answer_timeout=answer_timeout, sink=sink, limit=limit)
         except http1.ConnectFailed as exc:
             raise botocore.exceptions.EndpointConnectionError(
                 endpoint_url=target.endpoint_url, error=exc) from exc

@@ -59,6 +59,16 @@ class NotModified(Exception):
     """A conditional GET found the cached version still current."""
 
 
+class TooBig(StoreError):
+    """A GET of an object the caller took for small found it longer than the caller's bound
+    (``Store.get(max_bytes=)``): a bucket writer replaced it since it was listed. EFBIG unless
+    the caller reads it another way (a HEAD, ranged reads)."""
+
+    def __init__(self, key: str, max_bytes: int) -> None:
+        super().__init__(errno.EFBIG, f"GET {key}: longer than the {max_bytes} bytes expected "
+                         "(replaced since it was listed)", "TooBig")
+
+
 
 def _request_id(exc: Exception) -> str:
     if isinstance(exc, botocore.exceptions.ClientError):

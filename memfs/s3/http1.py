@@ -74,6 +74,15 @@ class Dropped(HTTPFailure):
     """The connection closed, or the server's bytes were not HTTP, before the answer ended."""
 
 
+class TooLong(Exception):
+    """A successful answer's body is longer than the caller's ``limit``: not read (the
+    connection is closed). Not an ``HTTPFailure``: the answer is fine, retrying is pointless."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__(f"an answer of {length} bytes, more than asked for")
+        self.length = length
+
+
 #: Takes a streamed body's bytes: (offset in the body, the bytes; valid only during the call).
 Sink = Callable[[int, memoryview], None]
 #: The buffer a streamed body is read into, and handed over from, at a time.
@@ -214,8 +223,11 @@ class _Connection:
                 return status, version, headers
             # 100 Continue and other interim answers: the final one follows.
 
-    def _chunked(self) -> bytes:
+    def _chunked(self, limit: int | None = None) -> bytes:
+        """A chunked body, read whole; past ``limit`` bytes, ``TooLong`` (the server did not
+        say how long it is, so this is the first place to know)."""
         parts: list[bytes] = []
+        read = 0
         while True:
             size_line = self._line().split(b";", 1)[0].strip()
             try:
@@ -226,6 +238,9 @@ class _Connection:
                 while self._line():  # trailers, up to the empty line
                     pass
                 return b"".join(parts)
+            read += size
+            if limit is not None and read > limit:
+                raise TooLong(read)
             parts.append(self._exactly(size))
             if self._line():
                 raise Dropped("a chunk did not end where its size said")
@@ -301,10 +316,11 @@ class _Connection:
             self.sock.settimeout(timeout)
 
     def exchange(self, request: list[bytes | FileBody], method: str, expect: bool = False,
-                 sink: Sink | None = None) -> tuple[Response, bool]:
+                 sink: Sink | None = None, limit: int | None = None) -> tuple[Response, bool]:
         """Send ``request`` (its pieces in order); its answer, and whether the connection can
         carry another. ``expect``: the head (the first piece) asked for ``100 Continue``.
-        ``sink``: a 2xx answer's body (with a Content-Length) goes to it as it arrives."""
+        ``sink``: a 2xx answer's body (with a Content-Length) goes to it as it arrives.
+        ``limit``: a 2xx answer's body longer than that is not read (``TooLong``)."""
         sent_body = True
         if expect:
             self._send(request[:1])
@@ -328,7 +344,7 @@ class _Connection:
         if method == "HEAD" or status in (204, 304):
             data = b""
         elif "chunked" in headers.get("transfer-encoding", "").lower():
-            data = self._chunked()
+            data = self._chunked(limit if 200 <= status < 300 else None)
         elif "content-length" in headers:
             try:
                 length = int(headers["content-length"].split(",")[0])
@@ -336,6 +352,8 @@ class _Connection:
                 raise Dropped("a Content-Length that is not a number") from None
             if length < 0:
                 raise Dropped("a negative Content-Length")
+            if limit is not None and length > limit and 200 <= status < 300:
+                raise TooLong(length)
             if sink is not None and 200 <= status < 300:
                 self._stream(length, sink)
                 data = b""
@@ -370,7 +388,7 @@ class ConnectionPool:
 
     def request(self, method: str, target: str, headers: Mapping[str, str],
                 body: bytes | FileBody = b"", *, answer_timeout: float | None = None,
-                sink: Sink | None = None) -> Response:
+                sink: Sink | None = None, limit: int | None = None) -> Response:
         """One exchange: ``target`` is the request line's path (already percent-encoded).
         ``answer_timeout``: how long the server may take, instead of the read timeout (a PUT
         of gigabytes is answered once the server has stored them all). ``sink(offset,
@@ -395,7 +413,7 @@ class ConnectionPool:
         try:
             if answer_timeout is not None:
                 conn.sock.settimeout(max(self.read_timeout, answer_timeout))
-            response, keep = conn.exchange(request, method, expect, sink)
+            response, keep = conn.exchange(request, method, expect, sink, limit)
             if answer_timeout is not None:
                 conn.sock.settimeout(self.read_timeout)
         except BaseException:

@@ -601,3 +601,39 @@ def test_a_handle_held_open_lets_go_of_its_listing_once_a_newer_one_is_read(monk
         core.check_invariants()
 
     trio.run(main)
+
+
+def test_files_replaced_by_big_objects_after_the_listing_are_not_fetched_whole() -> None:
+    """Ninth hostile review: a bucket writer replaced small listed files (and a symlink) with
+    256 MiB objects between the LIST and the GETs that read them whole: readdir's metadata
+    reads, readlink, the prefetch took the daemon to 2.6 GB. Each GET is bounded by what the
+    listing promised: past it, a readdir's entry is HEADed and a symlink answers EIO."""
+    link_mode = {protocol.META_MODE: str(stat.S_IFLNK | 0o777)}
+    store = MemoryStore()
+    for i in range(20):
+        store.put(f"d/f{i:02d}", b"small", {})
+    store.put("d/link", b"/target", link_mode)
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        d = await core.lookup(ROOT_INODE, "d")
+        assert d is not None and await core.lookup(d.inode, "none") is None
+        assert d.listing is not None  # listed: every file 5 bytes
+        huge = b"z" * (namespace.SMALL_FILE + 1)
+        for i in range(20):
+            store.put(f"d/f{i:02d}", huge, {})
+        store.put("d/link", huge, link_mode)
+        store.calls.clear()
+        fh = await core.opendir(d.inode)
+        entries = dict((await core.dir_entries(fh))[2:])
+        core.releasedir(fh)
+        assert entries["f07"].size == len(huge)  # the HEAD's
+        assert store.calls["HEAD"] == 21, dict(store.calls)  # after the refused GETs
+        assert core.content.lookup("d/f07") is None  # nothing of it kept
+        link = await core.lookup(d.inode, "link")
+        assert link is not None and link.kind is Kind.LINK
+        with pytest.raises(OSError) as refused:
+            await core.readlink(link.inode)
+        assert refused.value.errno == errno.EIO
+
+    trio.run(main)

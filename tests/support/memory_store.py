@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from memfs.s3.endpoint import Capabilities
-from memfs.s3.errors import NotModified, StoreError
+from memfs.s3.errors import NotModified, StoreError, TooBig
 from memfs.s3.keynames import unshown_key, valid_name
 from memfs.s3.objectmeta import ObjectInfo, info_from_metadata
 from memfs.s3.store import LIST_PAGE, Listing, ListingPage
@@ -65,7 +65,8 @@ class MemoryStore:
             self.calls["HEAD"] += 1
             return self._info(key) if key in self.objects else None
 
-    def get(self, path: str, if_none_match: str | None = None) -> tuple[bytes, ObjectInfo]:
+    def get(self, path: str, if_none_match: str | None = None, *,
+            max_bytes: int | None = None) -> tuple[bytes, ObjectInfo]:
         key = self.key(path)
         with self._lock:
             self.calls["GET"] += 1
@@ -74,6 +75,8 @@ class MemoryStore:
             info = self._info(key)
             if if_none_match is not None and if_none_match == info.etag:
                 raise NotModified()
+            if max_bytes is not None and info.size > max_bytes:
+                raise TooBig(key, max_bytes)
             return self.objects[key][0], info
 
     def list_dir(self, path: str) -> Listing:

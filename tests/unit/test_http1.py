@@ -95,6 +95,28 @@ def test_any_framing_cut_anywhere_parses_to_what_was_sent(body, framing, chunk_s
     assert keep == (framing != "close" and not close)
 
 
+@settings(max_examples=300, deadline=None)
+@given(body=st.binary(max_size=3000), framing=st.sampled_from(["length", "chunked"]),
+       chunk_sizes=st.lists(st.integers(1, 700), max_size=6), limit=st.integers(0, 3000),
+       status=st.sampled_from([200, 206, 404, 503]), cuts=st.lists(st.integers(0, 4000),
+                                                                   max_size=6))
+def test_a_success_longer_than_the_limit_is_refused_whatever_its_framing(
+        body, framing, chunk_sizes, limit, status, cuts) -> None:
+    """``limit`` (a GET of a file a listing showed small: issue #30, ninth hostile review):
+    a 2xx body longer than it is refused before more than the limit is read; an error's body
+    (S3's error document) and a body within it are read as without one."""
+    framing_headers, payload = frame(body, framing, chunk_sizes)
+    head = [f"HTTP/1.1 {status} Whatever", *framing_headers]
+    sock = FragmentSocket(("\r\n".join(head) + "\r\n\r\n").encode() + payload, cuts)
+    connection = http1._Connection(sock)
+    if 200 <= status < 300 and len(body) > limit:
+        with pytest.raises(http1.TooLong):
+            connection.exchange([b"GET / HTTP/1.1\r\n\r\n"], "GET", limit=limit)
+    else:
+        response, _keep = connection.exchange([b"GET / HTTP/1.1\r\n\r\n"], "GET", limit=limit)
+        assert response.data == body
+
+
 @pytest.mark.parametrize("status", [204, 304])
 def test_no_body_answers_end_at_their_head(status) -> None:
     answer = f"HTTP/1.1 {status} X\r\nContent-Length: 10\r\n\r\n".encode()
