@@ -97,8 +97,9 @@ def require_versioning(s3: Bucket, target: Target, warn: Warn | None = None) -> 
             "(versions are kept from then on)")
 
 
-def _list_versions(s3: Bucket, prefix: str) -> Iterable[Version]:
-    for v in s3.versions(prefix):
+def _list_versions(s3: Bucket, prefix: str, *, exactly: bool = False) -> Iterable[Version]:
+    """The versions under ``prefix``; ``exactly``: of the key ``prefix`` alone."""
+    for v in s3.key_versions(prefix) if exactly else s3.versions(prefix):
         yield Version(key=v.key, version_id=v.version_id, time=v.modified, deleted=v.deleted,
                       latest=v.latest, size=v.size, etag=v.etag or None)
 
@@ -143,7 +144,7 @@ def order(entries: Sequence[Version]) -> list[Version]:
 
 def key_history(s3: Bucket, key: str) -> list[Version]:
     """Every version and deletion of exactly `key`, newest first (no metadata yet)."""
-    return order([v for v in _list_versions(s3, key) if v.key == key])
+    return order(list(_list_versions(s3, key, exactly=True)))
 
 
 def _head_meta(s3: Bucket, v: Version) -> Version:

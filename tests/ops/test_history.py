@@ -350,3 +350,27 @@ def test_default_restore_choice() -> None:
     assert history.pick_version([cur, dm, old], None, "x", never_same)[0].version_id == "v1"
     assert history.pick_version([dm, old], None, "x", never_same)[0].version_id == "v1"
     assert history.pick_version([cur, old], "v3", "x", never_same)[0].version_id == "v3"
+
+
+def test_a_files_history_lists_no_further_than_its_own_versions(s3, s3_reset) -> None:
+    """Ninth hostile review, F32: S3 lists versions by prefix, and 20,000 planted
+    `notes.md.*` keys (they sort after `notes.md`) made `memfs history notes.md` read 21
+    pages for 3 versions. The listing stops once a page has passed the key."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memfs.s3.bucket import Bucket
+    from memfs.s3.client import make_client
+
+    enable_versioning(s3)
+    for body in (b"1", b"2", b"3"):
+        s3.put_object(Bucket=BUCKET, Key="h/notes.md", Body=body)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: s3.put_object(Bucket=BUCKET, Key=f"h/notes.md.{i:05d}",
+                                              Body=b"x"), range(2_500)))
+    client = make_client(s3_reset, "us-east-1")
+    pages: list[str] = []
+    client.meta.events.register("before-call.s3.ListObjectVersions",
+                                lambda **kw: pages.append(kw["model"].name))
+    versions = history.key_history(Bucket(client, BUCKET), "h/notes.md")
+    assert [v.size for v in versions] == [1, 1, 1] and {v.key for v in versions} == {"h/notes.md"}
+    assert len(pages) == 1, len(pages)  # before: 3, a page per 1,000 keys
