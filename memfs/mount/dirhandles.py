@@ -21,7 +21,7 @@ import trio
 from memfs.mount.dirstream import DirStream
 from memfs.mount.listings import ListingCache
 from memfs.mount.namespace import SMALL_FILE, Namespace
-from memfs.mount.nodes import DirCache, DirSnapshot, Node
+from memfs.mount.nodes import DirCache, DirSnapshot, Kind, Node
 from memfs.mount.prefetch import Prefetcher
 from memfs.mount.state import CoreState, Part, fail
 
@@ -270,10 +270,17 @@ class DirHandles(Part):
         errors: list[OSError] = []
 
         async def read(i: int, whole_up_to: int | None) -> None:
+            listed = children[i][1].size
             try:
-                found[i] = await self.namespace.read_metadata(children[i][1], whole_up_to)
+                found[i] = node = await self.namespace.read_metadata(children[i][1], whole_up_to)
             except OSError as exc:
                 errors.append(exc)
+                return
+            if whole_up_to is None and node is not None and node.kind is not Kind.DIR:
+                # Charged at the listed size; a file replaced by a bigger one since counts what
+                # it was (at most ``SMALL_FILE``: past it, a HEAD): files planted at 1 byte and
+                # swapped for 256 KiB would otherwise move 1 GiB on a 32 MiB budget.
+                spent.fetched_whole += max(0, min(node.size, SMALL_FILE) - listed)
 
         async with trio.open_nursery() as nursery:
             for i in unknown:

@@ -69,6 +69,11 @@ class ByteBudget:
         self.left -= n
         return True
 
+    def charge(self, n: int) -> None:
+        """``n`` bytes more than were taken arrived (an object replaced since it was listed):
+        they count too, so later ``take``s wait for them."""
+        self.left -= max(0, n)
+
 
 class Namespace(Part):
     """Names and attributes (see the module docstring), resolved against the listing cache; a
@@ -170,11 +175,14 @@ class Namespace(Part):
             return node
         data: bytes | None = None
         cached = self._cached_info(node)
+        listed = node.size
         try:
             if cached is not None:
                 info, data = cached
             elif self._fetch_whole(node, whole_up_to):
                 data, info = await self._get_small(path, whole_up_to)
+                if whole_up_to is None and data is not None:
+                    self.lookup_bytes.charge(len(data) - listed)  # bigger than listed
             else:
                 info = await self.state.s3(self.store.head, path)
         except StoreError as exc:

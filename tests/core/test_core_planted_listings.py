@@ -637,3 +637,52 @@ def test_files_replaced_by_big_objects_after_the_listing_are_not_fetched_whole()
         assert refused.value.errno == errno.EIO
 
     trio.run(main)
+
+
+def test_bytes_fetched_whole_count_what_arrived_not_what_was_listed(monkeypatch) -> None:
+    """Ninth hostile review, F33's second half: the readdir's and lookups' budgets of bytes
+    fetched whole were charged the listed sizes, so files planted at 1 byte and swapped for
+    200 KiB ones moved 200 times the budget. What arrived counts: past the first page's
+    reads (charged before they were sent), HEADs."""
+    monkeypatch.setattr(dirhandles, "READDIR_WHOLE_BYTES", 1024 * 1024)
+    store = MemoryStore()
+    for i in range(300):
+        store.put(f"d/f{i:03d}", b"x", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        d = await core.lookup(ROOT_INODE, "d")
+        assert d is not None and await core.lookup(d.inode, "none") is None  # listed: 1 byte each
+        for i in range(300):
+            store.put(f"d/f{i:03d}", b"z" * 200 * 1024, {})
+        store.calls.clear()
+        fh = await core.opendir(d.inode)
+        assert len(await core.dir_entries(fh)) == 302
+        core.releasedir(fh)
+        whole = dirhandles.READDIR_PAGE  # one page's reads, sent at once
+        assert (store.calls["GET"], store.calls["HEAD"]) == (whole, 300 - whole), \
+            dict(store.calls)  # before: 300 GETs, 60 MiB
+
+    trio.run(main)
+
+
+def test_lookups_count_the_bytes_that_arrived_against_their_budget() -> None:
+    store = MemoryStore()
+    for i in range(200):
+        store.put(f"d/f{i:03d}", b"x", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        d = await core.lookup(ROOT_INODE, "d")
+        assert d is not None and await core.lookup(d.inode, "none") is None  # listed: 1 byte each
+        for i in range(200):
+            store.put(f"d/f{i:03d}", b"z" * 200 * 1024, {})  # 40 MiB in all
+        store.calls.clear()
+        for i in range(200):
+            assert await core.lookup(d.inode, f"f{i:03d}") is not None
+        # 32 MiB a minute (LOOKUP_WHOLE_BYTES_PER_MINUTE): about 164 of them, then HEADs.
+        assert store.calls["GET"] * 200 * 1024 <= namespace.LOOKUP_WHOLE_BYTES_PER_MINUTE + \
+            2 * 1024 * 1024, dict(store.calls)  # before: 200 GETs
+        assert store.calls["GET"] + store.calls["HEAD"] == 200
+
+    trio.run(main)
