@@ -163,6 +163,8 @@ class DirHandles(Part):
                 if installed is not None:  # (``names`` is the stream's: extended once)
                     seen = set(snap.names)
                     snap.names += [name for name in installed.names() if name not in seen]
+        if stream.installed is not None:
+            snap.listing = stream.installed  # (if ``_follow_current`` finds none newer)
         if stream.complete:
             self._follow_current(snap.node)
 
