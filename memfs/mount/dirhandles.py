@@ -224,7 +224,7 @@ class DirHandles(Part):
     @staticmethod
     def _removed_since(snap: DirSnapshot, name: str) -> bool:
         assert snap.stream is not None
-        when, what = snap.node.recent.get(name, (0.0, object()))
+        when, what = (snap.node.recent or {}).get(name, (0.0, object()))
         return what is None and when >= snap.stream.started
 
     async def fsyncdir(self, fh: int) -> None:

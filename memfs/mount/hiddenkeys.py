@@ -70,7 +70,7 @@ class HiddenKeys(Part):
     def _added_here(self, dnode: Node, since: float) -> bool:
         """Whether this mount made an entry in the directory that a LIST sent at ``since``
         may not show (a change since, or a file not uploaded yet)."""
-        if any(what is not None and when >= since for when, what in dnode.recent.values()):
+        if any(what is not None and when >= since for when, what in (dnode.recent or {}).values()):
             return True
         return any(of.is_new and not of.node.detached and of.node.parent_path() == dnode.path
                    for of in self.state.handles.states())

@@ -270,11 +270,12 @@ class ListingCache(Part):
                          listing.shadowed, listing.unshown)
         if listing.files or listing.dirs or listing.has_marker:
             self._exists_as_of(dnode, cache.fetched_at)
-        for name, (when, what) in list(dnode.recent.items()):
+        recent = dnode.recent or {}
+        for name, (when, what) in list(recent.items()):
             if when >= started:
                 cache.apply(name, what)  # may have finished after S3 answered the LIST
             else:
-                del dnode.recent[name]  # S3 had it before the LIST began
+                del recent[name]  # S3 had it before the LIST began
         # Files this mount created but has not uploaded yet are not in S3: keep them.
         for of in self.state.handles.states():
             n = of.node
@@ -475,6 +476,8 @@ class ListingCache(Part):
         parent = self.inodes.at(parent_path)
         if parent is None:
             return
+        if parent.recent is None:
+            parent.recent = {}
         parent.recent[name] = (time.time(), what)
         if parent.listing is not None:
             if (parent.listing.kind_of(name) is None) != (what is None):

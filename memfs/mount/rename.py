@@ -187,7 +187,8 @@ class Renames(Part):
                 node.validated_at = 0.0
                 self.state.kernel.forget_attrs(node.inode)
             if parent is not None:
-                parent.recent.pop(name, None)
+                if parent.recent:
+                    parent.recent.pop(name, None)
                 if parent.listing is not None:
                     parent.listing.fetched_at = float("-inf")
                 self.state.kernel.forget_entry(parent.inode, name)

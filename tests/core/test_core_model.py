@@ -111,8 +111,9 @@ class Driver:
             if node.listing is not None:
                 node.listing.fetched_at -= seconds
                 node.listing.started -= seconds
-            node.recent = {name: (when - seconds, what)
-                           for name, (when, what) in node.recent.items()}
+            if node.recent:
+                node.recent = {name: (when - seconds, what)
+                               for name, (when, what) in node.recent.items()}
 
     async def walk(self, path: str) -> Node:
         node = self.core.inodes[ROOT_INODE]

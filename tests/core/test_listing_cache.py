@@ -71,7 +71,7 @@ def test_this_mounts_changes_keep_the_listing_in_step() -> None:
         assert (await cache.listing(d)).names() == ["new.md"]
         assert await cache.resolve(d, "old.md") is None
         assert sum(store.calls.values()) == 0
-        assert d.recent["new.md"][1] == ObjectInfo(0, '"1"', new.mtime)
+        assert d.recent is not None and d.recent["new.md"][1] == ObjectInfo(0, '"1"', new.mtime)
 
     trio.run(main)
 
