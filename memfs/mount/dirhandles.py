@@ -62,12 +62,15 @@ class DirHandles(Part):
         self.prefetch = prefetch  # learns each readdir's order (dir_page)
         # By directory inode: the LIST its open handles read page by page (``_shared_stream``).
         self.streams: dict[int, DirStream] = {}
+        # By directory inode: its open handles (``_follow_current`` visits only those).
+        self.open_in: dict[int, set[int]] = {}
 
     async def opendir(self, inode: int) -> int:
         """A handle on the directory; its entries are read at the first `dir_entries`."""
         self.state.directory(inode)
         fh = self.handles.new_fh()
         self.handles.dirs[fh] = (inode, None)
+        self.open_in.setdefault(inode, set()).add(fh)
         return fh
 
     async def dir_entries(self, fh: int) -> list[tuple[str, Node]]:
@@ -181,8 +184,9 @@ class DirHandles(Part):
         current = dnode.listing
         if current is None:  # (a wide directory's expired listing while its LIST is re-read)
             return
-        for inode, snap in self.handles.dirs.values():
-            if inode != dnode.inode or snap is None:
+        for fh in self.open_in.get(dnode.inode, ()):
+            inode, snap = self.handles.dirs.get(fh, (0, None))
+            if snap is None:
                 continue
             if snap.stream is not None:
                 if not snap.stream.complete:
@@ -298,6 +302,10 @@ class DirHandles(Part):
 
     def releasedir(self, fh: int) -> None:
         inode, snap = self.handles.dirs.pop(fh, (0, None))
+        if (open_here := self.open_in.get(inode)) is not None:
+            open_here.discard(fh)
+            if not open_here:
+                del self.open_in[inode]
         if snap is not None and snap.stream is not None:
             self._leave_stream(inode, snap)
         for node in (snap.made_nodes() if snap is not None else ()):

@@ -45,9 +45,12 @@ LOOKUP_WHOLE_BYTES_PER_MINUTE = 32 * 1024 * 1024
 SYMLINK_TARGET_MAX = 4095
 
 
-def _not_a_target(node: Node) -> OSError:
+def _not_a_target(node: Node, size: int | None = None) -> OSError:
+    """EIO for a symlink whose object holds ``size`` bytes (``node.size`` unless the GET said
+    otherwise), more than any target."""
+    held = node.size if size is None else size
     log.warning("%s is marked a symlink but its object holds %d bytes, more than any target "
-                "(%d): readlink answers EIO", node.path, node.size, SYMLINK_TARGET_MAX)
+                "(%d): readlink answers EIO", node.path, held, SYMLINK_TARGET_MAX)
     return fail(errno.EIO)
 
 
@@ -294,8 +297,8 @@ class Namespace(Part):
             try:  # (replaced since it was listed: read no further than a target can be)
                 data, info = await self.state.s3(self.store.get, node.path,
                                                  max_bytes=SYMLINK_TARGET_MAX)
-            except TooBig:
-                raise _not_a_target(node) from None
+            except TooBig as exc:  # (the log names what it holds now, not what was listed)
+                raise _not_a_target(node, exc.length or SYMLINK_TARGET_MAX + 1) from None
             node.apply_info(info, time.time())
             node.symlink_target = data
         return node.symlink_target

@@ -64,9 +64,10 @@ class TooBig(StoreError):
     (``Store.get(max_bytes=)``): a bucket writer replaced it since it was listed. EFBIG unless
     the caller reads it another way (a HEAD, ranged reads)."""
 
-    def __init__(self, key: str, max_bytes: int) -> None:
+    def __init__(self, key: str, max_bytes: int, length: int | None = None) -> None:
         super().__init__(errno.EFBIG, f"GET {key}: longer than the {max_bytes} bytes expected "
                          "(replaced since it was listed)", "TooBig")
+        self.length = length  # what the answer said it holds, if it said
 
 
 

@@ -183,8 +183,8 @@ class Store:
                 headers = {} if condition is None else {"If-None-Match": condition}
                 try:
                     answer = self.direct.get(self.bucket, key, headers, limit=max_bytes)
-                except http1.TooLong:
-                    raise TooBig(key, max_bytes or 0) from None
+                except http1.TooLong as exc:
+                    raise TooBig(key, max_bytes or 0, exc.length) from None
                 return answer.data, _info_from_headers(answer.headers, answer.data, key)
             kwargs = {} if condition is None else {"IfNoneMatch": condition}
             resp = self.client.get_object(Bucket=self.bucket, Key=key, **kwargs)
@@ -195,7 +195,7 @@ class Store:
                 data = b"" if too_long else resp["Body"].read(max_bytes + 1)
                 resp["Body"].close()
                 if too_long or len(data) > max_bytes:
-                    raise TooBig(key, max_bytes)
+                    raise TooBig(key, max_bytes, resp.get("ContentLength"))
         except TooBig:
             raise
         except botocore.exceptions.ClientError as exc:

@@ -76,7 +76,7 @@ class MemoryStore:
             if if_none_match is not None and if_none_match == info.etag:
                 raise NotModified()
             if max_bytes is not None and info.size > max_bytes:
-                raise TooBig(key, max_bytes)
+                raise TooBig(key, max_bytes, info.size)
             return self.objects[key][0], info
 
     def list_dir(self, path: str) -> Listing:
