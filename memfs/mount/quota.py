@@ -3,8 +3,9 @@
 With ``--max-total-bytes`` or ``--max-files`` set, the daemon counts what lives under its prefix
 once at mount time (one LIST per 1,000 keys) and then follows its own changes; uploads that would
 cross a limit fail before anything is sent (EDQUOT), so nothing partial is ever stored. Other
-writers to the same prefix are seen at the next recount (``recount_after`` seconds, on
-``statfs``): across several mounts a quota is a soft limit, exact within one mount.
+writers to the same prefix are seen at the next recount (started by a ``statfs`` once the count
+is ``recount_after`` seconds old, run in the background: ``Transactions.current_usage``): across
+several mounts a quota is a soft limit, exact within one mount.
 ``--max-file-size`` needs no counting: a write past it fails at once with EFBIG.
 """
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import itertools
 import json
+import logging
 import os
 import time
 
@@ -24,6 +25,9 @@ from memfs.mount.handles import OpenFile
 from memfs.mount.nodes import ROOT_INODE, Kind, Node
 from memfs.mount.quota import Usage
 from memfs.mount.state import CoreState, Part, fail, thread_group
+from memfs.s3.errors import StoreError
+
+log = logging.getLogger(__name__)
 
 XATTR_SOURCE = protocol.XATTR_SOURCE
 XATTR_USAGE = protocol.XATTR_USAGE
@@ -40,12 +44,31 @@ class Transactions(Part):
         super().__init__(state)
         self.usage = state.usage
         self.counters = state.counters
+        self._recounting = False
 
     async def current_usage(self) -> Usage:
-        """Usage against the quotas, recounted with S3 when it is stale (statfs, memfs df)."""
-        if self.usage.stale():
+        """Usage against the quotas (statfs, memfs df): this mount's own changes are in it at
+        once; other writers' are seen at a recount once the count is stale. The recount runs
+        in the background, one at a time, and statfs answers with the count so far: a `df`
+        had waited for a LIST per 1,000 keys under the prefix (47 s at 100,000 on moto), and
+        four `df`s a second apart had each started a count of their own (tenth hostile
+        review, F36). Without a serving loop (unit tests), counted before answering."""
+        if not self.usage.stale() or self._recounting:
+            return self.usage
+        if self.state.nursery is None:
             self.usage.reset(await self.state.s3(Usage.scan, self.store))
+            return self.usage
+        self._recounting = True
+        self.state.nursery.start_soon(self._recount)
         return self.usage
+
+    async def _recount(self) -> None:
+        try:
+            self.usage.reset(await self.state.s3(Usage.scan, self.store))
+        except StoreError as exc:  # the count so far stands; the next statfs tries again
+            log.warning("recounting the usage under the prefix failed: %s", exc)
+        finally:
+            self._recounting = False
 
     def _root_xattrs(self) -> dict[str, bytes]:
         source = {"bucket": self.store.bucket, "prefix": self.store.prefix,
