@@ -207,7 +207,7 @@ class DirectRequests:
             limit: int | None = None) -> http1.Response:
         """GET `key` (``headers``: its conditions); the 200 answer, its body read whole. A 304
         is the ClientError botocore raises for it (code "304"). ``limit``: a body longer than
-        that is not read (``http1.TooLong``, the call counted as a failure, not retried)."""
+        that is not read (``http1.TooLong``: the call counted as answered, not retried)."""
         return self._send("GET", "GetObject", bucket, key, b"", headers, limit=limit)
 
     def get_range(self, bucket: str, key: str, headers: Mapping[str, str],
