@@ -163,9 +163,9 @@ class DirHandles(Part):
                                     stream.listing.unshown)
                     return
                 installed = await self.listings.stream_more(snap.node, stream)
-                if installed is not None:  # (``names`` is the stream's: extended once)
-                    seen = set(snap.names)
-                    snap.names += [name for name in installed.names() if name not in seen]
+                if installed is not None:  # (the snapshots' ``names`` are the stream's)
+                    seen = set(stream.names)
+                    stream.names += [name for name in installed.names() if name not in seen]
         if stream.installed is not None:
             snap.listing = stream.installed  # (if ``_follow_current`` finds none newer)
         if stream.complete:

@@ -188,9 +188,7 @@ class DiskCache:
     def lookup(self, path: str, etag: str | None = None) -> Entry | None:
         """The entry for ``path`` (only if it is version ``etag``, when given)."""
         entry = self._items.get(path)
-        if entry is None or (etag is not None and entry.etag != etag):
-            return None
-        return entry
+        return None if entry is None or (etag is not None and entry.etag != etag) else entry
 
     def verify(self, entry: Entry) -> bool:
         """Whether an entry read back from disk still holds what was written (blocking: the
@@ -380,9 +378,11 @@ class DiskCache:
         if entry is not None:
             self._drop(entry)
 
-    def move(self, old: str, new: str) -> None:
-        """Follow a rename: entries at or below ``old`` now belong to ``new``."""
-        moved = [e for p, e in self._items.items() if p == old or p.startswith(old + "/")]
+    def move(self, old: str, new: str, *, tree: bool) -> None:
+        """Follow a rename: the entry at ``old`` now belongs to ``new``, and so do those below
+        it if it is a directory (``tree``: a scan of the cache; a file's rename is one key)."""
+        moved = [e for p, e in self._items.items() if p == old or p.startswith(old + "/")] \
+            if tree else [e for e in [self._items.get(old)] if e is not None]
         for entry in moved:
             self._drop(entry, remove_files=False)
             self.discard(new + entry.path[len(old):])

@@ -61,7 +61,7 @@ class HiddenKeys(Part):
             if found.listing.unshown > RMDIR_UNSHOWN_KEYS:
                 raise too_many_unshown(dnode)
             found = await self.listings.stream_more(dnode, found) or found
-        if found.names():
+        if not found.is_empty():
             return None
         if found.unshown > RMDIR_UNSHOWN_KEYS:
             raise too_many_unshown(dnode)

@@ -281,7 +281,7 @@ class ListingCache(Part):
             n = of.node
             if of.is_new and not n.detached and n.parent_path() == path and n.path:
                 cache.files[n.name()] = ObjectInfo(n.size, "", n.mtime)
-        if dnode.listing is not None and set(dnode.listing.names()) != set(cache.names()):
+        if dnode.listing is not None and not dnode.listing.same_names(cache):
             self._touch_dir(dnode)  # entries changed elsewhere: as far as we can know, now
         dnode.listing = cache
         dnode.listing_cut = False  # read to its end

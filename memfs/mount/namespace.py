@@ -114,7 +114,7 @@ class Namespace(Part):
         """
         listing = dnode.listing
         if (dnode.inode == ROOT_INODE or listing is None or listing.has_marker
-                or listing.names()):
+                or not listing.is_empty()):
             return
         await self.state.s3(self.store.put, dnode.path, b"", self.state.metadata(dnode),
                             directory=True, content_type=protocol.DIR_CONTENT_TYPE)

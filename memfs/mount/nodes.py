@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import stat
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
 from memfs.mount.dirstream import DirStream, ReadBudget
+from memfs.mount.sortednames import SortedNames
 from memfs.s3.objectmeta import ObjectInfo
 
 #: The root directory's inode number (FUSE's FUSE_ROOT_ID).
@@ -76,17 +78,24 @@ class DirCache:
     unshown: int = 0
     # What readdir handles of this listing spent on their entries' metadata (shared by them).
     budget: ReadBudget = field(default_factory=ReadBudget)
-    # ``names()`` until the next change (``apply``, ``discard``).
-    _sorted: list[str] | None = field(default=None, repr=False, compare=False)
+    # ``names()``, once asked for, kept in step with every change (``apply``, ``discard``).
+    _sorted: SortedNames | None = field(default=None, repr=False, compare=False)
 
-    def names(self) -> list[str]:
-        """Every entry's name, sorted: one list for every caller until the listing changes (read
-        only). Each readdir handle of a read listing had sorted a copy of its own: 2,000
-        handles held open on a planted 100,000 took the daemon to 1.7 GB (tenth hostile
-        review, F35)."""
+    def names(self) -> SortedNames:
+        """Every entry's name, sorted (read only): one version for every caller until the
+        listing changes, and versions that share all but the chunk a change touched. Each
+        readdir handle of a read listing had sorted a copy of its own: 2,000 handles held open
+        on a planted 100,000 took the daemon to 1.7 GB (tenth hostile review, F35); a change
+        between handles made the next one sort again (eleventh, F39)."""
         if self._sorted is None:
-            self._sorted = sorted(self.dirs | self.files.keys())
+            self._sorted = SortedNames.of(self.dirs | self.files.keys())
         return self._sorted
+
+    def is_empty(self) -> bool:
+        return not self.dirs and not self.files
+
+    def same_names(self, other: DirCache) -> bool:
+        return self.dirs == other.dirs and self.files.keys() == other.files.keys()
 
     def keys(self) -> int:
         """How many entries its LIST held, shown or not: what re-listing it costs (a
@@ -103,15 +112,20 @@ class DirCache:
     def discard(self, name: str) -> None:
         self.dirs.discard(name)
         self.files.pop(name, None)
-        self._sorted = None
+        if self._sorted is not None:
+            self._sorted = self._sorted.without(name)
 
     def apply(self, name: str, what: object) -> None:
         """One change made by this mount: Kind.DIR, an ObjectInfo, or None (removed)."""
-        self.discard(name)
+        self.dirs.discard(name)
+        self.files.pop(name, None)
         if what is Kind.DIR:
             self.dirs.add(name)
         elif isinstance(what, ObjectInfo):
             self.files[name] = what
+        if self._sorted is not None:
+            shown = what is Kind.DIR or isinstance(what, ObjectInfo)
+            self._sorted = self._sorted.with_name(name) if shown else self._sorted.without(name)
 
 
 @dataclass(slots=True)  # one per entry the kernel was shown: 100,000 in a planted directory
@@ -251,7 +265,7 @@ class DirSnapshot:
     node: Node
     parent: Node
     listing: DirCache
-    names: list[str]
+    names: Sequence[str]  # the listing's (``DirCache.names``) or the stream's, growing
     # What the handles reading this listing spent on metadata: the stream's or the listing's.
     budget: ReadBudget
     found: list[Node | None] = field(default_factory=list)
@@ -303,11 +317,18 @@ class InodeTable:
 
     INVARIANT: every node in ``by_path`` is in ``by_inode`` under its inode, stands for the path
     it is keyed by and is not detached; the root is always in both.
+    INVARIANT: ``_below`` indexes ``by_path`` as a tree: every path other than the root that
+    ``by_path`` holds or ``_below`` has a key for is in ``_below[parent_of(path)]``, and no set is
+    empty. A rename or a directory's removal walks only the subtree it changes (the kernel may
+    hold 100,000 nodes after one ``ls`` of a planted directory: a scan of the whole table per
+    ``mv`` or ``rmdir`` made ``rm -r`` of it quadratic, eleventh hostile review F38). Paths whose
+    node is gone stay as keys while something below them is held.
     """
 
     def __init__(self, root: Node) -> None:
         self.by_inode: dict[int, Node] = {root.inode: root}
         self.by_path: dict[str, Node] = {root.path: root}
+        self._below: dict[str, set[str]] = {}
         self._next = ROOT_INODE + 1
 
     def __getitem__(self, inode: int) -> Node:
@@ -326,17 +347,18 @@ class InodeTable:
         old = self.by_path.get(path)
         if old is not None:
             old.detached = True
-        self.by_path[path] = node
+        self._put(path, node)
         return node
 
     def detach(self, path: str) -> Node | None:
         """The name ``path`` (and, for a directory, every name below it) no longer exists."""
-        node = self.by_path.pop(path, None)
+        node = self._pop(path)
         if node is not None:
             node.detached = True
             if node.kind is Kind.DIR:
-                for sub in [p for p in self.by_path if p.startswith(path + "/")]:
-                    self.by_path.pop(sub).detached = True
+                for sub in self._subtree(path):
+                    self.by_path[sub].detached = True
+                    self._pop(sub)
             self._drop_if_unused(node)
         return node
 
@@ -345,12 +367,11 @@ class InodeTable:
         if old == new:
             return
         self.detach(new)
-        moved = [(p, n) for p, n in self.by_path.items() if p == old or p.startswith(old + "/")]
-        for p, _ in moved:
-            del self.by_path[p]
+        moved = [(p, self._pop(p)) for p in [old, *self._subtree(old)] if p in self.by_path]
         for p, n in moved:
+            assert n is not None
             n.path = new + p[len(old):]
-            self.by_path[n.path] = n
+            self._put(n.path, n)
 
     def hold(self, node: Node) -> None:
         """The kernel now knows ``node`` (one more lookup). It may have been dropped while the
@@ -358,8 +379,8 @@ class InodeTable:
         kernel always resolves."""
         node.nlookup += 1
         self.by_inode.setdefault(node.inode, node)
-        if not node.detached:
-            self.by_path.setdefault(node.path, node)
+        if not node.detached and node.path not in self.by_path:
+            self._put(node.path, node)
 
     def forget(self, inode: int, count: int) -> None:
         node = self.by_inode.get(inode)
@@ -374,10 +395,50 @@ class InodeTable:
         if node.nlookup == 0 and node.inode != ROOT_INODE:
             self.by_inode.pop(node.inode, None)
             if self.by_path.get(node.path) is node:
-                del self.by_path[node.path]
+                self._pop(node.path)
 
-    def descendants(self, path: str) -> list[Node]:
-        return [n for p, n in self.by_path.items() if p.startswith(path + "/")]
+    # -- the path index ------------------------------------------------------------------------
+
+    def _put(self, path: str, node: Node) -> None:
+        self.by_path[path] = node
+        # Link the path under its parent, and the parent under its own if it was not yet linked.
+        while path:
+            parent = parent_of(path)
+            below = self._below.get(parent)
+            if below is not None:
+                below.add(path)
+                return
+            self._below[parent] = {path}
+            if parent in self.by_path:
+                return  # a held path is linked already
+            path = parent
+
+    def _pop(self, path: str) -> Node | None:
+        node = self.by_path.pop(path, None)
+        if node is None:
+            return None
+        # Unlink the path unless something below it is still held, then any parent left empty.
+        while path and path not in self.by_path and path not in self._below:
+            parent = parent_of(path)
+            below = self._below[parent]
+            below.discard(path)
+            if below:
+                return node
+            del self._below[parent]
+            path = parent
+        return node
+
+    def _subtree(self, path: str) -> list[str]:
+        """Every path held below ``path`` (not ``path`` itself): the subtree's size, not the
+        table's."""
+        found: list[str] = []
+        todo = [path]
+        while todo:
+            for sub in self._below.get(todo.pop(), ()):
+                todo.append(sub)
+                if sub in self.by_path:
+                    found.append(sub)
+        return found
 
     def check_invariants(self) -> None:
         """Raise AssertionError when the table contradicts its invariants (tests call this)."""
@@ -391,3 +452,12 @@ class InodeTable:
                 f"{path!r}: mode/kind differ"
             assert node.kind is Kind.DIR or kind_of_mode(node.mode) is node.kind
             assert node.nlookup >= 0
+            if path:
+                assert path in self._below.get(parent_of(path), ()), f"{path!r}: not indexed"
+        for parent, below in self._below.items():
+            assert below, f"{parent!r}: an empty index entry"
+            assert parent == "" or parent in self._below.get(parent_of(parent), ()), \
+                f"{parent!r}: index entry not linked"
+            for sub in below:
+                assert parent_of(sub) == parent, f"{sub!r} indexed under {parent!r}"
+                assert sub in self.by_path or sub in self._below, f"{sub!r}: indexes nothing"

@@ -126,7 +126,7 @@ class Renames(Part):
         """The namespace follows a rename of ``src`` to ``dst_path``."""
         src_path, src_name = src.path, src.name()
         self.inodes.move(src_path, dst_path)
-        self.content.move(src_path, dst_path)
+        self.content.move(src_path, dst_path, tree=src.kind is Kind.DIR)
         self.listings.remove(src_parent.path, src_name)
         self.listings.add(dst_parent.path, src.name(), src)  # its new name
 

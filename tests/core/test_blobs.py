@@ -461,7 +461,7 @@ def test_records_appended_while_a_rewrite_runs_elsewhere_are_kept(
         assert publish(cache, "f", b"v%d" % version, f'"{version}"') is not None
     assert len(jobs) == 1, "no rewrite started, or one started while another ran"
     assert publish(cache, "g", b"during", '"g"') is not None
-    cache.move("f", "moved")
+    cache.move("f", "moved", tree=False)
     if closed_first:
         cache.close()
         jobs.pop()()
@@ -577,8 +577,8 @@ cache_ops = st.lists(st.one_of(
     st.tuples(st.just("open"), st.sampled_from(PATHS)),
     st.tuples(st.just("discard"), st.sampled_from(PATHS)),
     st.tuples(st.just("make_room")),
-    st.tuples(st.just("move"), st.sampled_from(PATHS), st.sampled_from(PATHS)).filter(
-        lambda op: op[2] != op[1] and not op[2].startswith(op[1] + "/")),
+    st.tuples(st.just("move"), st.sampled_from(PATHS), st.sampled_from(PATHS), st.booleans())
+    .filter(lambda op: op[2] != op[1] and not op[2].startswith(op[1] + "/")),
 ), max_size=25)
 
 
@@ -629,9 +629,9 @@ def test_the_cache_is_an_lru_bounded_by_size_and_survives_a_restart(ops) -> None
                 if model:
                     model.popitem(last=False)
             else:
-                _, old, new = op
-                cache.move(old, new)
-                for path in [p for p in model if p == old or p.startswith(old + "/")]:
+                _, old, new, tree = op  # a directory's rename (tree) or a file's
+                cache.move(old, new, tree=tree)
+                for path in [p for p in model if p == old or (tree and p.startswith(old + "/"))]:
                     value = model.pop(path)
                     model.pop(new + path[len(old):], None)
                     model[new + path[len(old):]] = value
@@ -666,7 +666,7 @@ def test_move_rekeys_a_subtree_and_persists_the_new_paths(tmp_path: Path) -> Non
     for path, body in (("d/a", b"da"), ("d/sub/b", b"dsb"), ("dx/c", b"dxc"), ("e/a", b"old"),
                        ("d", b"d-file")):
         assert publish(cache, path, body, f'"{path}"') is not None
-    cache.move("d", "e")
+    cache.move("d", "e", tree=True)
     cache.check_invariants()
     assert cache.lookup("e/a", '"d/a"') is not None, "the moved entry replaces the target's"
     assert cache.lookup("e/sub/b", '"d/sub/b"') is not None

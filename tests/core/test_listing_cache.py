@@ -62,13 +62,13 @@ def test_this_mounts_changes_keep_the_listing_in_step() -> None:
         d = await cache.resolve(root, "d")
         assert d is not None
         listing = await cache.listing(d)
-        assert listing.names() == ["old.md"]
+        assert list(listing.names()) == ["old.md"]
         new = cache.inodes.add("d/new.md", Kind.FILE, 0o100600, 0, 0)
         new.etag = '"1"'
         cache.add("d", "new.md", new)
         cache.remove("d", "old.md")
         store.calls.clear()
-        assert (await cache.listing(d)).names() == ["new.md"]
+        assert list((await cache.listing(d)).names()) == ["new.md"]
         assert await cache.resolve(d, "old.md") is None
         assert sum(store.calls.values()) == 0
         assert d.recent is not None and d.recent["new.md"][1] == ObjectInfo(0, '"1"', new.mtime)
