@@ -7,7 +7,7 @@ longer holds, are still fetched one at a time as the kernel opens them. This par
 ahead:
 
 * each ``readdir`` snapshot records the directory's files in the order the kernel was given
-  them (``DirRun``; the last ``RUNS`` directories);
+  them (``DirRun``; the last ``RUNS`` directories, the first ``RUN_NAMES`` names of each);
 * an open of a file in such a directory *after* an open of an earlier one (a reader walking the
   directory: ``grep -r``, ``cat *``, ``rsync``, ``cp -r``) starts GETs of the files that follow
   it, at most ``PREFETCH_FILES`` in flight in the whole mount and at most ``LEAD`` files past
@@ -45,6 +45,11 @@ LEAD = 16
 PREFETCH_MAX = 1024 * 1024
 #: Directories whose readdir order is remembered.
 RUNS = 64
+#: How many of a directory's names the order remembers (the first ones the kernel was given).
+#: All of them, kept by name with an index, was ~9 MB per planted directory of 100,000, re-made
+#: by each handle opened after a change to it; past the readdir metadata budget (4,096) the
+#: entries are rarely worth fetching ahead anyway.
+RUN_NAMES = 4096
 
 
 @dataclass
@@ -84,11 +89,13 @@ class Prefetcher(Part):
 
     def remember(self, snap: DirSnapshot) -> None:
         """A readdir page was given: record the order of its files (a handle's first page, and
-        the names a directory read page by page gains as the kernel reads on, after those)."""
-        if len(snap.names) > snap.ordered:
-            files = [name for name in snap.names[snap.ordered:] if name in snap.listing.files]
+        the names a directory read page by page gains as the kernel reads on, after those), up
+        to its first ``RUN_NAMES`` names."""
+        upto = min(len(snap.names), RUN_NAMES)
+        if upto > snap.ordered:
+            files = [name for name in snap.names[snap.ordered:upto] if name in snap.listing.files]
             self._remember_order(snap.node.path, files, further=snap.ordered > 0)
-            snap.ordered = len(snap.names)
+            snap.ordered = upto
 
     async def wait_for(self, path: str) -> None:
         """A prefetch of ``path`` in flight: its bytes are about to be in the cache."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from memfs.mount import namespace
+from memfs.mount import namespace, prefetch
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import ROOT_INODE, Kind
@@ -319,5 +319,27 @@ def test_lookups_in_order_after_the_ttl_cost_a_list_per_page_not_per_name() -> N
         assert changed is not None and changed.size == len(b"changed")
         assert await core.lookup(big.inode, "f00700") is None
         core.check_invariants()
+
+    trio.run(main)
+
+
+def test_the_readdir_order_kept_for_prefetching_is_bounded(monkeypatch) -> None:
+    """The prefetch keeps the order of a directory's first ``RUN_NAMES`` names only: all of a
+    planted 100,000 (a list and an index, ~9 MB) was re-made by each handle opened after a
+    change. A reader walking past them reads without fetching ahead."""
+    monkeypatch.setattr(prefetch, "RUN_NAMES", 500)
+    store = MemoryStore()
+    for i in range(1200):
+        store.put(f"big/f{i:05d}", b"%05d" % i, {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+    async def main() -> None:
+        big = await core.lookup(ROOT_INODE, "big")
+        assert big is not None
+        fh = await core.opendir(big.inode)
+        assert len((await core.dir_entries(fh))[2:]) == 1200
+        run = core.prefetch._runs["big"]
+        assert run.names == [f"f{i:05d}" for i in range(500)] and len(run.index) == 500
+        core.releasedir(fh)
 
     trio.run(main)
