@@ -62,8 +62,10 @@ class DirHandles(Part):
         self.prefetch = prefetch  # learns each readdir's order (dir_page)
         # By directory inode: the LIST its open handles read page by page (``_shared_stream``).
         self.streams: dict[int, DirStream] = {}
-        # By directory inode: its open handles (``_follow_current`` visits only those).
+        # By directory inode: its open handles (``_follow_current`` visits only those), and the
+        # listing they were last all pointed at (none needs pointing again until it changes).
         self.open_in: dict[int, set[int]] = {}
+        self.followed: dict[int, DirCache] = {}
 
     async def opendir(self, inode: int) -> int:
         """A handle on the directory; its entries are read at the first `dir_entries`."""
@@ -100,6 +102,8 @@ class DirHandles(Part):
                 found.readers += 1
                 self.streams[inode] = found
             self.handles.dirs[fh] = (inode, snap)
+            if snap.stream is None and snap.listing is not node.listing:
+                self.followed.pop(inode, None)  # (not the installed listing: point all anew)
             self._follow_current(node)
         out = [(i, name, n) for i, name, n in ((0, ".", snap.node), (1, "..", snap.parent))
                if i >= start]
@@ -184,6 +188,11 @@ class DirHandles(Part):
         current = dnode.listing
         if current is None:  # (a wide directory's expired listing while its LIST is re-read)
             return
+        if self.followed.get(dnode.inode) is current:
+            # Every handle already reads it, or reads a LIST still (whose end installs a new
+            # listing): visiting them all again for each handle opened was quadratic in handles.
+            return
+        self.followed[dnode.inode] = current
         for fh in self.open_in.get(dnode.inode, ()):
             inode, snap = self.handles.dirs.get(fh, (0, None))
             if snap is None:
@@ -306,6 +315,7 @@ class DirHandles(Part):
             open_here.discard(fh)
             if not open_here:
                 del self.open_in[inode]
+                self.followed.pop(inode, None)
         if snap is not None and snap.stream is not None:
             self._leave_stream(inode, snap)
         for node in (snap.made_nodes() if snap is not None else ()):

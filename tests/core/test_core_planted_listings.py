@@ -690,14 +690,19 @@ def test_lookups_count_the_bytes_that_arrived_against_their_budget() -> None:
     trio.run(main)
 
 
+def core_over_files(count: int) -> MemFSCore:
+    """A core over a bucket of ``count`` one-byte files in ``big/``."""
+    store = MemoryStore()
+    for i in range(count):
+        store.put(f"big/f{i:05d}", b"x", {})
+    return MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+
+
 def test_handles_of_a_read_listing_share_its_sorted_names_until_it_changes() -> None:
     """Tenth hostile review, F35: every handle opened on a listing read to its end sorted a copy
     of all its names (0.78 MB per handle of 100,000): 2,000 handles held open, one entry read
     from each, took the daemon to 1.7 GB. Handles share one list until the listing changes."""
-    store = MemoryStore()
-    for i in range(3_000):
-        store.put(f"big/f{i:05d}", b"x", {})
-    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+    core = core_over_files(3_000)
 
     async def main() -> None:
         big = await core.lookup(ROOT_INODE, "big")
@@ -718,6 +723,44 @@ def test_handles_of_a_read_listing_share_its_sorted_names_until_it_changes() -> 
         for fh in [first, *held, later]:
             core.releasedir(fh)
         assert not core.dir_handles.open_in
+
+    trio.run(main)
+
+
+class CountingGets(dict):
+    """A handle table that counts the handles looked at by ``get``."""
+
+    gets = 0
+
+    def get(self, key, default=None):  # type: ignore[no-untyped-def]
+        self.gets += 1
+        return super().get(key, default)
+
+
+def test_opening_one_more_handle_does_not_visit_every_handle_held() -> None:
+    """Each handle opened on a directory pointed every open handle of it at the current
+    listing again (``_follow_current``): quadratic in the handles a user holds (a raised
+    ``ulimit -n`` allows 100,000). Only a listing that changed sends them all to it."""
+    core = core_over_files(300)
+
+    async def main() -> None:
+        big = await core.lookup(ROOT_INODE, "big")
+        assert big is not None
+        core.handles.dirs = counted = CountingGets(core.handles.dirs)
+        held = []
+        for _ in range(400):
+            held.append(fh := await core.opendir(big.inode))
+            assert await core.dir_page(fh, 0)
+        assert counted.gets < 4 * 400, counted.gets  # before: 80,000 (400 × 401 / 2)
+        assert big.listing is not None
+        old = big.listing
+        big.listing = DirCache(dict(old.files), set(old.dirs), old.fetched_at)  # a new listing
+        later = await core.opendir(big.inode)
+        assert await core.dir_page(later, 0)
+        assert all(core.handles.dirs[fh][1].listing is big.listing for fh in held)
+        for fh in [*held, later]:
+            core.releasedir(fh)
+        assert not core.dir_handles.open_in and not core.dir_handles.followed
 
     trio.run(main)
 
