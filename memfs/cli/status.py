@@ -2,7 +2,8 @@
 
 Every mount keeps its numbers and hands them out through two extended attributes of its root
 (``user.memfs.source``: bucket, prefix, endpoint; ``user.memfs.stats``: pid, uptime, open files,
-uploads pending, conflicts, content-cache hits, S3 requests by operation and outcome, retries).
+uploads pending, conflicts, content-cache hits, objects read with invalid metadata, S3 requests
+by operation and outcome, retries).
 ``status`` reads them for the mount given, or for every memfs mount in /proc/self/mountinfo, and
 prints a table, JSON (``--json``) or the Prometheus text format (``--prometheus``, e.g. for
 node_exporter's textfile collector). Nothing here talks to S3.
@@ -114,6 +115,8 @@ def prometheus(statuses: list[dict[str, Any]]) -> str:
                                        "after rename(2) returned", "deferred_moves"),
         "memfs_conflicts_total": ("counter", "Writes that lost a race (kept as conflict "
                                   "copies)", "conflicts"),
+        "memfs_invalid_metadata_total": ("counter", "Objects read whose x-amz-meta-* values "
+                                         "were invalid (ignored)", "invalid_metadata"),
         "memfs_s3_retries_total": ("counter", "S3 retries", None),
     }
     lines: list[str] = []
@@ -186,6 +189,9 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         for st in statuses:  # what the endpoint does not enforce, and what memfs does instead
             for line in endpoint_notes(st):
                 ctx.say(f"{st['mountpoint']}: endpoint: {line}")
+            if st.get("invalid_metadata"):
+                ctx.say(f"{st['mountpoint']}: {st['invalid_metadata']:,} objects read with "
+                        "invalid metadata, ignored (the daemon's log names the first)")
     return 0
 
 

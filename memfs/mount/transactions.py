@@ -25,6 +25,7 @@ from memfs.mount.handles import OpenFile
 from memfs.mount.nodes import ROOT_INODE, Kind, Node
 from memfs.mount.quota import Usage
 from memfs.mount.state import CoreState, Part, fail, thread_group
+from memfs.s3 import objectmeta
 from memfs.s3.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,8 @@ class Transactions(Part):
                       "refused": self.counters["edits_refused"]},
             "cache": {"hits": self.counters["cache_hits"],
                       "misses": self.counters["cache_misses"]},
+            # Objects read whose x-amz-meta-* values were ignored (only the first are logged).
+            "invalid_metadata": objectmeta.invalid_metadata.objects,
             "content_cache": self.content.stats(),
             "s3": store_stats.snapshot() if store_stats is not None else {},
             "endpoint": self.store.caps.as_dict() if hasattr(self.store, "caps") else {},

@@ -111,3 +111,23 @@ def test_status_timeout_must_be_a_positive_number(bad: str) -> None:
     out = status("--timeout", bad)
     assert out.returncode == 2 and out.stdout == ""
     assert "--timeout" in out.stderr
+
+
+def test_status_counts_objects_with_invalid_metadata(s3, mount_factory) -> None:
+    """Eleventh hostile review, F40: a bucket writer's junk metadata is logged for the first 20
+    objects, one line each, and counted in the stats for all."""
+    from tests.conftest import BUCKET
+    from tests.unit.test_objectmeta import JUNK
+
+    for i in range(30):
+        s3.put_object(Bucket=BUCKET, Key=f"junk/f{i:02}", Body=b"x", Metadata=JUNK)
+    mnt = mount_factory("")
+    assert len([os.stat(p) for p in (mnt / "junk").iterdir()]) == 30
+    (st,) = json.loads(status("--json", str(mnt)).stdout)
+    assert st["invalid_metadata"] == 30
+    assert f'memfs_invalid_metadata_total{{mountpoint="{mnt}"}} 30' \
+        in status("--prometheus", str(mnt)).stdout
+    assert f"{mnt}: 30 objects read with invalid metadata, ignored (the daemon's log names the " \
+        "first)" in status(str(mnt)).stdout.splitlines()
+    lines = [line for line in mount_factory.log(mnt).splitlines() if "invalid metadata" in line]
+    assert len(lines) == 20 and "x-amz-meta-mode 'zz', x-amz-meta-mtime 'zz'" in lines[0]
