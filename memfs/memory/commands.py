@@ -13,6 +13,8 @@ docs/HANDLER.md.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import os
 import stat
@@ -57,24 +59,24 @@ MAX_DELETE_OBJECTS = TREE_OBJECTS_COUNTED
 Content = str | list[dict[str, Any]]
 
 
-def _too_big_to_delete(mp: MemoryPath, size: files.TreeSize) -> str | None:
-    """Why a delete of the directory `mp` is refused before anything is removed, or None:
-    more objects or entries than one delete removes, or a directory memfs stopped listing
-    early (the files after its hidden keys would be left, unseen: seventh hostile review,
-    F25)."""
+def _too_big_to_delete(mp: MemoryPath, size: files.TreeSize, verb: str = "delete") -> str | None:
+    """Why a delete of the directory `mp` (or `clear_all`, `verb` "clear") is refused before
+    anything is removed, or None: more objects or entries than one delete removes, or a
+    directory memfs stopped listing early (the files after its hidden keys would be left,
+    unseen: seventh hostile review, F25)."""
     smaller = ("a delete removes them one by one; delete its subdirectories or files in "
                "smaller parts")
     if size.objects is not None and size.objects > MAX_DELETE_OBJECTS:
-        return (f"Could not delete {mp.display}: it holds more than {MAX_DELETE_OBJECTS:,} "
+        return (f"Could not {verb} {mp.display}: it holds more than {MAX_DELETE_OBJECTS:,} "
                 f"stored objects (counting ones no file name shows, such as s3fs markers, "
                 f"which only an S3 tool can remove), and {smaller}. Nothing was deleted.")
     if size.entries > MAX_DELETE_ENTRIES:
-        return (f"Could not delete {mp.display}: it holds more than {MAX_DELETE_ENTRIES:,} "
+        return (f"Could not {verb} {mp.display}: it holds more than {MAX_DELETE_ENTRIES:,} "
                 f"files and directories, and {smaller}. Nothing was deleted.")
     if size.cut is not None:
         where = mp.display + "".join("/" + names.escape(part)
                                      for part in size.cut.split("/")[1:])
-        return (f"Could not delete {mp.display}: memfs stopped listing {where} after stored "
+        return (f"Could not {verb} {mp.display}: memfs stopped listing {where} after stored "
                 f"objects no file name shows (such as s3fs markers), so any files after them "
                 f"are not listed and a delete would leave them; remove those objects with an S3 "
                 f"tool. Nothing was deleted.")
@@ -171,15 +173,30 @@ class MemoryHandler:
         return tool_result(self, block)
 
     def clear_all(self) -> None:
-        """Delete everything under the root (the root itself stays)."""
-        with self.root.open_dir(MemoryPath("/memories", ())) as fd:
-            listable = open_listable(fd)
-            try:
-                names_here = os.listdir(listable)
-            finally:
-                os.close(listable)
-            for entry in names_here:
-                files.remove(fd, entry)
+        """Delete everything under the root (the root itself stays), within the bounds of one
+        `delete`: a root holding more is refused with `CommandError`, nothing deleted. Unbounded,
+        it had cost a request per object of whatever a bucket writer planted, with each
+        directory's every name held at once (eleventh hostile review, F41)."""
+        mp = MemoryPath("/memories", ())
+        with self.root.open_dir(mp) as fd:
+            size = files.measure_tree(fd, ".", MAX_DELETE_ENTRIES)
+            refusal = _too_big_to_delete(mp, size, "clear")
+            top: list[str] = []
+            if refusal is None:
+                listable = open_listable(fd)
+                try:
+                    with os.scandir(listable) as entries:
+                        top = [e.name for e in itertools.islice(entries, MAX_DELETE_ENTRIES + 1)]
+                finally:
+                    os.close(listable)
+                if len(top) > MAX_DELETE_ENTRIES:  # another writer added them since the count
+                    size.entries = len(top)
+                    refusal = _too_big_to_delete(mp, size, "clear")
+            if refusal is not None:
+                raise CommandError(refusal)
+            for name in top:
+                with contextlib.suppress(FileNotFoundError):  # gone meanwhile: as wanted
+                    files.remove(fd, name)
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -82,5 +82,10 @@ class MemoryTool(BetaAbstractMemoryTool):
     view = create = str_replace = insert = delete = rename = _run
 
     def clear_all_memory(self) -> BetaFunctionToolResultType:
-        self.handler.clear_all()
+        """Delete everything under the root, or raise `ToolError` (with the refusal's text,
+        nothing deleted) if it holds more than one memory `delete` removes."""
+        try:
+            self.handler.clear_all()
+        except CommandError as err:
+            raise ToolError(str(err)) from None
         return "All memory cleared"

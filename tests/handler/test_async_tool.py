@@ -28,6 +28,7 @@ from anthropic.types.beta import (
 from memfs.demo.stub_messages import StubMessagesServer
 from memfs.memory import CommandError, MemoryHandler, MemoryTool
 from memfs.memory.async_tool import AsyncMemoryTool
+from memfs.memory.commands import MAX_DELETE_ENTRIES
 from tests.conftest import BUCKET
 from tests.handler.test_handler_sdk import MODEL, PREFS, SESSION_ONE, session_one_results
 from tests.handler.test_handler_support import tree
@@ -173,6 +174,21 @@ def test_typed_commands_and_clear_all(tmp_path: Path, kind: str) -> None:
     assert run(tool.clear_all_memory()) == "All memory cleared"
     assert list(tmp_path.iterdir()) == []
 
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_clear_all_past_the_delete_bound_is_a_tool_error(tmp_path: Path, kind: str) -> None:
+    """F41: a root holding more than one delete removes is not cleared; the refusal comes out
+    as the SDK's ToolError, as the commands' errors do, and nothing is deleted."""
+    tool = make_tool(kind, tmp_path, allow_local=True)
+    for i in range(MAX_DELETE_ENTRIES + 1):
+        (tmp_path / f"f{i:04d}").touch()
+    with pytest.raises(ToolError) as info:
+        result = tool.clear_all_memory()
+        if kind == "async":
+            asyncio.run(result)
+    assert str(info.value.content).startswith("Could not clear /memories: it holds more than ")
+    assert len(list(tmp_path.iterdir())) == MAX_DELETE_ENTRIES + 1
 
 def test_async_tool_is_an_sdk_async_memory_tool(tmp_path: Path) -> None:
     tool = AsyncMemoryTool(tmp_path, allow_local=True, cache_control={"type": "ephemeral"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import io
 import json
@@ -604,6 +605,51 @@ def test_delete_of_more_entries_than_the_bound_is_refused_whole(
         "Successfully deleted /memories/big")
     assert not (root / "big").exists() and len(os.listdir(outside)) == bound + 5
 
+
+
+def test_clear_all_past_the_delete_bound_is_refused_whole(h: MemoryHandler, root: Path) -> None:
+    """Eleventh hostile review, F41: `clear_all` (the SDK's `clear_all_memory`) removed the
+    whole root, a request per object on memfs, without `delete`'s bounds. Past them it is now
+    refused the same way, nothing deleted; within them it clears everything, hidden names too."""
+    bound = commands.MAX_DELETE_ENTRIES
+    (root / "notes").mkdir()
+    for i in range(bound):  # + "notes" itself: one more than the bound
+        (root / "notes" / f"f{i:04d}").touch()
+    refusal = (f"Could not clear /memories: it holds more than {bound:,} files and directories, "
+               "and a delete removes them one by one; delete its subdirectories or files in "
+               "smaller parts. Nothing was deleted.")
+    with pytest.raises(CommandError) as refused:
+        h.clear_all()
+    assert str(refused.value) == refusal
+    assert len(os.listdir(root / "notes")) == bound
+    (root / "notes" / "f0000").unlink()
+    (root / ".hidden").write_text("x")  # counted and cleared like any other name
+    (root / "notes" / "f0001").unlink()
+    h.clear_all()
+    assert os.listdir(root) == []
+
+
+def test_clear_all_reads_no_more_names_than_the_bound(
+        h: MemoryHandler, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names added after the count (as if by another writer) are read only up to the bound,
+    never all of them, and refuse the clear with nothing deleted."""
+    bound = commands.MAX_DELETE_ENTRIES
+    for i in range(bound + 50):
+        (root / f"f{i:04d}").touch()
+    monkeypatch.setattr(commands.files, "measure_tree", lambda *_: commands.files.TreeSize())
+    real_scandir, pulled = os.scandir, [0]
+
+    def counted(fd: int) -> Any:
+        with real_scandir(fd) as entries:
+            for entry in entries:
+                pulled[0] += 1
+                yield entry
+
+    monkeypatch.setattr(os, "scandir", lambda fd: contextlib.closing(counted(fd)))
+    with pytest.raises(CommandError, match=r"^Could not clear /memories: it holds more than"):
+        h.clear_all()
+    assert pulled[0] == bound + 1
+    assert len(os.listdir(root)) == bound + 50
 
 # -- rename -----------------------------------------------------------------------------------
 

@@ -294,6 +294,26 @@ def test_a_delete_of_a_directory_whose_listing_was_cut_is_refused(s3, mnt: Path)
     assert sorted(os.listdir(mnt / "top")) == ["hide", "seen.md"]
 
 
+
+def test_clear_all_counts_the_objects_no_entry_shows(s3, mnt: Path) -> None:
+    """Eleventh hostile review, F41: `clear_all` (the SDK's `clear_all_memory`) removed the
+    whole root, a request per object, whatever a bucket writer planted. It is bound as a
+    delete of a directory is: past MAX_DELETE_OBJECTS stored objects it is refused before
+    anything is removed; within it, the markers go too."""
+    per_dir = MAX_DELETE_OBJECTS // 3 + 1
+    plant(s3, [f"s{d}/x{i:05d}_$folder$" for d in range(3) for i in range(per_dir)])
+    plant(s3, ["a.md"])
+    h = MemoryHandler(mnt)
+    with pytest.raises(CommandError) as refused:
+        h.clear_all()
+    assert str(refused.value).startswith(
+        f"Could not clear /memories: it holds more than {MAX_DELETE_OBJECTS:,} stored objects")
+    assert stored(s3, "") == 3 * per_dir + 1
+    assert h.run({"command": "delete", "path": "/memories/s1"}) == (
+        "Successfully deleted /memories/s1")
+    h.clear_all()
+    assert stored(s3, "") == 0 and os.listdir(mnt) == []
+
 @pytest.mark.parametrize("entries", [3, 2_000])
 def test_the_incomplete_listing_note_is_kept_when_the_entries_overflow(entries: int) -> None:
     """The note names what is missing from `entries` altogether, so it comes whether or not
