@@ -41,6 +41,9 @@ from memfs.mount.nodes import parent_of
 
 # Failures not yet reported by an fsync: kept per directory, the oldest dropped past this.
 MAX_FAILURES = 1024
+# Moves S3 has not finished, at most: a rename past them waits for the oldest (``room``). Each
+# is a task waiting for S3; `mv a/* b/` of 4,000 files with S3 at 20 ms a COPY had 3,906 at once.
+MAX_PENDING = 1000
 
 
 @dataclass(eq=False)
@@ -51,35 +54,52 @@ class Move:
     dst: str
     done: trio.Event = field(default_factory=trio.Event)
 
-    def touches(self, paths: frozenset[str], dirs: frozenset[str],
-                trees: tuple[str, ...]) -> bool:
-        names = (self.src, self.dst)
-        return (any(n in paths for n in names)
-                or any(parent_of(n) in dirs for n in names)
-                or any(tree == "" or n.startswith(tree + "/") for n in names for tree in trees))
+    def under(self, trees: tuple[str, ...]) -> bool:
+        """Whether either name is below one of ``trees``."""
+        return any(tree == "" or n.startswith(tree + "/")
+                   for n in (self.src, self.dst) for tree in trees)
 
 
 class Moves:
-    """The moves in flight, and the failures no fsync has reported yet."""
+    """The moves in flight, and the failures no fsync has reported yet.
+
+    INVARIANT: every pending move is in ``_at`` under both its names and both their parents
+    (prefixed ``/``: a path never starts with one), and nothing else is. A request waits only
+    for the moves of its own names or directories, found by key: a scan of every pending move
+    per request cost 1.6 ms each with 1,000 in flight (`mv a/* b/` of 4,000 files, S3 at 20 ms
+    a COPY). Only a wait for a whole tree (a directory's rename, its tree LIST) scans them.
+    """
 
     def __init__(self) -> None:
-        self._pending: list[Move] = []
+        self._pending: dict[Move, None] = {}  # in the order begun
+        self._at: dict[str, set[Move]] = {}
         self._failures: dict[str, OSError] = {}
         self.deferred = 0  # moves begun since the mount started (``memfs status``)
 
     def __len__(self) -> int:
         return len(self._pending)
 
+    @staticmethod
+    def _keys(move: Move) -> set[str]:
+        return {move.src, move.dst, "/" + parent_of(move.src), "/" + parent_of(move.dst)}
+
     def begin(self, src: str, dst: str) -> Move:
         move = Move(src, dst)
-        self._pending.append(move)
+        self._pending[move] = None
+        for key in self._keys(move):
+            self._at.setdefault(key, set()).add(move)
         self.deferred += 1
         return move
 
     def end(self, move: Move, error: OSError | None) -> None:
         """The move is over: S3 has it, or ``error`` says why not (reported to the next fsync
         of either directory)."""
-        self._pending.remove(move)
+        del self._pending[move]
+        for key in self._keys(move):
+            at = self._at[key]
+            at.discard(move)
+            if not at:
+                del self._at[key]
         if error is not None:
             for d in {parent_of(move.src), parent_of(move.dst)}:
                 self._failures.pop(d, None)
@@ -92,8 +112,7 @@ class Moves:
         """The directories under ``tree`` whose entries a move S3 has not finished changes
         (both names' parents), without waiting for it."""
         t = (tree,)
-        return {parent_of(n) for m in self._pending if m.touches(frozenset(), frozenset(), t)
-                for n in (m.src, m.dst)}
+        return {parent_of(n) for m in self._pending if m.under(t) for n in (m.src, m.dst)}
 
     async def settled(self, paths: Iterable[str] = (), dirs: Iterable[str] = (),
                       trees: Iterable[str] = ()) -> None:
@@ -101,17 +120,25 @@ class Moves:
         either parent) or anything under ``trees``."""
         if not self._pending:
             return
-        p, d, t = frozenset(paths), frozenset(dirs), tuple(trees)
+        keys = [*paths, *("/" + d for d in dirs)]
+        t = tuple(trees)
         while True:
-            move = next((m for m in self._pending if m.touches(p, d, t)), None)
+            move = next((m for k in keys for m in self._at.get(k, ())), None)
+            if move is None and t:
+                move = next((m for m in self._pending if m.under(t)), None)
             if move is None:
                 return
             await move.done.wait()
 
+    async def room(self) -> None:
+        """Wait until fewer than ``MAX_PENDING`` moves are in flight (the oldest first)."""
+        while len(self._pending) >= MAX_PENDING:
+            await next(iter(self._pending)).done.wait()
+
     async def drained(self) -> None:
         """Wait for every move (unmount)."""
         while self._pending:
-            await self._pending[0].done.wait()
+            await next(iter(self._pending)).done.wait()
 
     def take_failure(self, directory: str) -> OSError | None:
         """The failure of a move into or out of ``directory`` no fsync has reported, once."""

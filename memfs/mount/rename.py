@@ -134,6 +134,7 @@ class Renames(Part):
                           dst_path: str) -> None:
         """A file renamed into another directory: the namespace shows it now, S3 follows in
         the background (``moves`` says why and what keeps it safe)."""
+        await self.moves.room()
         await self._upload_before_move(src)
         assert self.state.nursery is not None
         move = self.moves.begin(src.path, dst_path)
