@@ -19,7 +19,6 @@ whole listing would hold them; nothing here sends a request (``ListingCache.stre
 from __future__ import annotations
 
 import bisect
-import logging
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -27,12 +26,10 @@ from typing import TYPE_CHECKING
 import trio
 
 from memfs.s3.objectmeta import ObjectInfo
-from memfs.s3.store import Listing, ListingPage
+from memfs.s3.store import SHADOWED, Listing, ListingPage, shadowed_names
 
 if TYPE_CHECKING:  # (nodes imports this module)
     from memfs.mount.nodes import DirCache
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -105,7 +102,7 @@ class DirStream:
             handed_out = name in mine.files
             shadowed = self.pending.pop(name, None) or mine.files.pop(name, None)
             if shadowed is not None:
-                log.warning("%s is both an object and a key prefix; showing the directory", name)
+                shadowed_names.report(SHADOWED, name)
                 mine.shadowed[name] = shadowed
             mine.dirs.add(name)
             if not handed_out:
@@ -113,6 +110,7 @@ class DirStream:
         for name, info in page.listing.files.items():
             name = sys.intern(name)
             if name in mine.dirs:
+                shadowed_names.report(SHADOWED, name)
                 mine.shadowed[name] = info
             else:
                 self.pending[name] = info

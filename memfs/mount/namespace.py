@@ -14,6 +14,7 @@ import stat
 import time
 
 from memfs import protocol
+from memfs.countedlog import CountedWarning
 from memfs.mount.hiddenkeys import HiddenKeys
 from memfs.mount.listings import ListingCache
 from memfs.mount.nodes import (
@@ -45,12 +46,17 @@ LOOKUP_WHOLE_BYTES_PER_MINUTE = 32 * 1024 * 1024
 SYMLINK_TARGET_MAX = 4095
 
 
+# Symlinks refused so (a bucket writer may plant 100,000, each logged at every readlink: `ls -l`
+# of their directory reads them all): logged boundedly.
+_bad_symlinks = CountedWarning(log, "symlinks whose object is longer than any target")
+
+
 def _not_a_target(node: Node, size: int | None = None) -> OSError:
     """EIO for a symlink whose object holds ``size`` bytes (``node.size`` unless the GET said
     otherwise), more than any target."""
     held = node.size if size is None else size
-    log.warning("%s is marked a symlink but its object holds %d bytes, more than any target "
-                "(%d): readlink answers EIO", node.path, held, SYMLINK_TARGET_MAX)
+    _bad_symlinks.report("%s is marked a symlink but its object holds %d bytes, more than any "
+                         "target (%d): readlink answers EIO", node.path, held, SYMLINK_TARGET_MAX)
     return fail(errno.EIO)
 
 

@@ -99,7 +99,7 @@ class Transactions(Part):
             "cache": {"hits": self.counters["cache_hits"],
                       "misses": self.counters["cache_misses"]},
             # Objects read whose x-amz-meta-* values were ignored (only the first are logged).
-            "invalid_metadata": objectmeta.invalid_metadata.objects,
+            "invalid_metadata": objectmeta.invalid_metadata.count,
             "content_cache": self.content.stats(),
             "s3": store_stats.snapshot() if store_stats is not None else {},
             "endpoint": self.store.caps.as_dict() if hasattr(self.store, "caps") else {},

@@ -11,11 +11,9 @@ from __future__ import annotations
 import logging
 import math
 import stat
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from memfs.countedlog import CountedWarning
 from memfs.protocol import (
     META_ATIME,
     META_CTIME,
@@ -61,57 +59,15 @@ def metadata_for(mode: int, uid: int, gid: int, mtime: float, *, atime: float | 
 
 # What object metadata may say. Anything else (negative, huge, NaN, not a number, a file type
 # that does not exist) is what a buggy tool or a hostile writer left: it falls back to the
-# default, is counted and logged (`InvalidMetadata`), and never breaks a lookup or a listing.
+# default, is counted and logged (`invalid_metadata`: the first few, then a count), and never
+# breaks a lookup or a listing.
 _ID_MAX = 2**32 - 2  # (uid_t)-1 means "no change" to chown: not an owner
 _TIME_MAX = 2**37  # year 6325; the kernel's timespec range is far wider, S3 users are not
 _FILE_TYPES = {stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK, stat.S_IFIFO, stat.S_IFCHR,
                stat.S_IFBLK, stat.S_IFSOCK}
 
-#: Objects with invalid metadata logged one by one (per process, so per mount).
-LOGGED_ONE_BY_ONE = 20
-#: After them, at most one line this often, with the count of those not logged.
-SUMMARY_EVERY_S = 60.0
-
-
-class InvalidMetadata:
-    """Counts the objects read with invalid metadata and logs them, boundedly.
-
-    The first `LOGGED_ONE_BY_ONE` get one line each, naming every invalid field; after them at
-    most one line per `SUMMARY_EVERY_S` says how many more there were. One line per field and
-    object had let a bucket writer's 2,000 planted files write 14,000 lines with one ``ls -l``
-    (eleventh hostile review, F40). `objects` is in the mount's stats (``memfs status``)."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()  # metadata is read in S3 worker threads
-        self.objects = 0  # objects read with invalid metadata
-        self._unlogged = 0  # of them, since the last line
-        self._last_line = 0.0
-
-    def report(self, where: str, invalid: list[str]) -> None:
-        with self._lock:
-            self.objects += 1
-            now = self._clock()
-            if self.objects > LOGGED_ONE_BY_ONE:
-                self._unlogged += 1
-                if now - self._last_line < SUMMARY_EVERY_S:
-                    return
-            unlogged, self._unlogged = self._unlogged, 0
-            since, self._last_line = now - self._last_line, now
-            total = self.objects
-        fields = ", ".join(invalid)
-        if unlogged:
-            log.warning("%d more objects with invalid metadata in the last %.0f s, not logged "
-                        "one by one (%d in all; e.g. %s: %s)", unlogged, since, total, where,
-                        fields)
-        else:
-            last = total == LOGGED_ONE_BY_ONE
-            log.warning("%s: ignoring invalid metadata: %s%s", where, fields,
-                        "; further ones are counted, not logged one by one" if last else "")
-
-
-#: This process's count; tests put in their own.
-invalid_metadata = InvalidMetadata()
+#: This process's objects with invalid metadata (``memfs status``); tests put in their own.
+invalid_metadata = CountedWarning(log, "objects with invalid metadata")
 
 
 def _meta_int(meta: dict[str, str], key: str, lo: int, hi: int,
@@ -161,5 +117,5 @@ def info_from_metadata(size: int, etag: str, last_modified: float, meta: dict[st
         ctime=_meta_time(meta, META_CTIME, invalid),
         rdev=_meta_int(meta, META_RDEV, 0, 2**64 - 1, invalid))
     if invalid:
-        invalid_metadata.report(where, invalid)
+        invalid_metadata.report("%s: ignoring invalid metadata: %s", where, ", ".join(invalid))
     return info

@@ -26,6 +26,7 @@ from typing import Any
 
 import botocore.exceptions
 
+from memfs.countedlog import CountedWarning
 from memfs.s3 import http1
 from memfs.s3.direct import DirectRequests, sendable
 from memfs.s3.endpoint import COPY_IF_MATCH, LEGACY_COPY_IF_MATCH, Capabilities, normal_etag
@@ -481,11 +482,16 @@ def _legacy_copy_header(request: Any, **_: Any) -> None:
         request.headers[LEGACY_COPY_IF_MATCH] = value
 
 
+#: Names that are both an object and a key prefix, seen in listings (a bucket writer may plant
+#: 100,000, each warned of at every listing of their directory: logged boundedly).
+shadowed_names = CountedWarning(log, "names both an object and a key prefix")
+SHADOWED = "%s is both an object and a key prefix; showing the directory"
+
+
 def _prefer_directories(listing: Listing, prefix: str) -> None:
     """A name that is both a file and a directory prefix shows as the directory; the file
     object is kept in ``shadowed`` (removing the directory removes it too: SEMANTICS.md)."""
     for name in listing.dirs & listing.files.keys():
-        log.warning("%s%s is both an object and a key prefix; showing the directory",
-                    prefix, name)
+        shadowed_names.report(SHADOWED, prefix + name)
         listing.shadowed[name] = listing.files.pop(name)
 

@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from memfs.countedlog import CountedWarning
 from memfs.protocol import META_GID, META_MODE, META_MTIME, META_UID
 from memfs.s3 import objectmeta
 
@@ -26,7 +27,8 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(objectmeta, "invalid_metadata", objectmeta.InvalidMetadata(fake))
+    monkeypatch.setattr(objectmeta, "invalid_metadata", CountedWarning(
+        objectmeta.log, "objects with invalid metadata", fake))
     return fake
 
 
@@ -51,32 +53,33 @@ def test_one_object_with_several_invalid_fields_is_one_line(clock, caplog) -> No
     objectmeta.info_from_metadata(1, "e", 5.0, {META_MODE: str(0o170644)}, "c")
     assert messages(caplog) == ["c: ignoring invalid metadata: x-amz-meta-mode 170644 (no such "
                                 "file type)"]
-    assert objectmeta.invalid_metadata.objects == 2
+    assert objectmeta.invalid_metadata.count == 2
 
 
 def test_valid_metadata_is_neither_logged_nor_counted(clock, caplog) -> None:
     caplog.set_level(logging.WARNING)
     objectmeta.info_from_metadata(1, "e", 5.0, objectmeta.metadata_for(0o100644, 1, 2, 9.0), "a")
-    assert messages(caplog) == [] and objectmeta.invalid_metadata.objects == 0
+    assert messages(caplog) == [] and objectmeta.invalid_metadata.count == 0
 
 
 def test_2000_planted_objects_log_the_first_20_then_a_count(clock, caplog) -> None:
     caplog.set_level(logging.WARNING)
-    full = 20  # objectmeta.LOGGED_ONE_BY_ONE
+    full = 20  # countedlog.LOGGED_ONE_BY_ONE
     assert len(JUNK) == 7
     read(2000)
     lines = messages(caplog)
     assert len(lines) == full  # was 14,000
     assert lines[0].startswith("planted/f0: ignoring invalid metadata: x-amz-meta-mode 'zz', ")
     assert lines[-1].endswith("; further ones are counted, not logged one by one")
-    assert objectmeta.invalid_metadata.objects == 2000
+    assert objectmeta.invalid_metadata.count == 2000
 
     # A minute on, the next one brings one line with the count of those not logged.
-    clock.now += 60  # objectmeta.SUMMARY_EVERY_S
+    clock.now += 60  # countedlog.SUMMARY_EVERY_S
     read(1000, first=2000)
     lines = messages(caplog)[full:]
     assert lines == ["1981 more objects with invalid metadata in the last 60 s, not logged one "
-                     "by one (2001 in all; e.g. planted/f2000: x-amz-meta-mode 'zz', "
+                     "by one (2001 in all; e.g. planted/f2000: ignoring invalid metadata: "
+                     "x-amz-meta-mode 'zz', "
                      "x-amz-meta-mtime 'zz', x-amz-meta-uid 'zz', x-amz-meta-gid 'zz', "
                      "x-amz-meta-atime 'zz', x-amz-meta-ctime 'zz', x-amz-meta-rdev 'zz')"]
 
@@ -87,7 +90,7 @@ def test_2000_planted_objects_log_the_first_20_then_a_count(clock, caplog) -> No
     assert len(messages(caplog)) == full + 1 + 2
     assert messages(caplog)[-1].startswith("4000 more objects with invalid metadata in the last "
                                            "60 s")
-    assert objectmeta.invalid_metadata.objects == 13000
+    assert objectmeta.invalid_metadata.count == 13000
 
 
 def test_a_long_invalid_value_is_cut_in_the_log(clock, caplog) -> None:
