@@ -75,10 +75,10 @@ class DirHandles(Part):
         self.open_in.setdefault(inode, set()).add(fh)
         return fh
 
-    async def dir_entries(self, fh: int) -> list[tuple[str, Node]]:
-        """``.``, ``..``, then every entry by name (``dir_page`` to the end)."""
+    async def dir_entries(self, fh: int, start: int = 0) -> list[tuple[str, Node]]:
+        """``.``, ``..``, then every entry by name (``dir_page`` to the end), from offset
+        ``start`` on (0, on a handle read before: as after rewinddir, the directory now)."""
         out: list[tuple[str, Node]] = []
-        start = 0
         while page := await self.dir_page(fh, start):
             out += [(name, node) for _, name, node in page]
             start = page[-1][0] + 1
@@ -90,6 +90,12 @@ class DirHandles(Part):
         names are a snapshot taken as the handle reads: one listing, or the pages of one LIST
         read as far as the reader got (``ListingCache.readdir_listing``)."""
         inode, snap = self.handles.dirs[fh]
+        if snap is not None and start == 0:
+            # rewinddir(3) (the kernel asks for offset 0 again only then): POSIX wants the
+            # directory as it is now, not the names this handle was shown before.
+            self._let_go(inode, snap)
+            snap = None
+            self.handles.dirs[fh] = (inode, None)
         if snap is None:
             node = self.state.directory(inode)
             parent = self.inodes.at(node.parent_path()) or node
@@ -316,8 +322,13 @@ class DirHandles(Part):
             if not open_here:
                 del self.open_in[inode]
                 self.followed.pop(inode, None)
-        if snap is not None and snap.stream is not None:
+        if snap is not None:
+            self._let_go(inode, snap)
+
+    def _let_go(self, inode: int, snap: DirSnapshot) -> None:
+        """The handle is done with its snapshot: its stream, and the nodes only it held."""
+        if snap.stream is not None:
             self._leave_stream(inode, snap)
-        for node in (snap.made_nodes() if snap is not None else ()):
+        for node in snap.made_nodes():
             if node.nlookup == 0:
                 self.inodes.forget(node.inode, 0)

@@ -406,3 +406,24 @@ def test_a_new_file_marked_atomic_keeps_what_was_written_before_and_others_view(
     finally:
         os.close(fd1)
         os.close(fd2)
+
+
+@pytest.mark.parametrize("files", [3, 1500])  # a listing read whole; one read page by page
+def test_rewinddir_shows_the_directory_as_it_is_now(mnt: Path, files: int) -> None:
+    """A handle's entries are a snapshot (offsets stay stable while it reads), but after
+    rewinddir(3) POSIX wants the directory as it is now: a name removed since is gone, one
+    added is there. (CPython's scandir of a descriptor rewinds it when done.)"""
+    d = mnt / "d"
+    d.mkdir()
+    for i in range(files):
+        (d / f"f{i:04d}").write_bytes(b"x")
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        first = sorted(e.name for e in os.scandir(fd))
+        assert first == [f"f{i:04d}" for i in range(files)]
+        (d / "f0000").unlink()
+        (d / "new").write_bytes(b"y")
+        again = sorted(e.name for e in os.scandir(fd))  # from offset 0 on the same handle
+        assert again == sorted([*first[1:], "new"])  # before: the first snapshot again
+    finally:
+        os.close(fd)
