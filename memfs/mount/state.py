@@ -277,6 +277,8 @@ class CoreState:
             raise fail(errno.ENAMETOOLONG)
 
     def check_file_count(self) -> None:
+        if self.usage.max_files is None:
+            return  # (the count below goes through every open state: only with --max-files)
         pending = sum(1 for of in self.handles.states() if of.is_new)
         self.usage.check_add(0, new_files=pending + 1)
 
@@ -288,7 +290,7 @@ class CoreState:
         of = self.handles.shared.get(node.inode)
         if of is not None and of.local:
             return True
-        return any(p.node is node and p.is_new for p in self.handles.privates.values())
+        return any(p.private and p.is_new for p in self.handles.on_node(node))
 
     def is_current(self, of: OpenFile) -> bool:
         """May a new open share ``of``? Yes while it holds uncommitted writes (POSIX: readers

@@ -212,7 +212,7 @@ class Transactions(Part):
             shared.handles -= 1
             if shared.handles == 0 and self.handles.shared.get(node.inode) is shared:
                 del self.handles.shared[node.inode]
-            self.handles.files[fh] = self.handles.privates[fh] = private
+            self.handles.set_state(fh, private)
 
 
 def _reapply_attempt(value: bytes) -> int:
