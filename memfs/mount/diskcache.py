@@ -19,13 +19,11 @@ On disk (``root`` is ``--cache-dir``/``content-<tag>``, one per mount source and
                       names is discarded at the next start, which rewrites the file compactly
     uploads/          multipart uploads in flight (memfs.s3.transfer), aborted at next start
 
-Why one appended file and not a record file per entry (``X.json``, written to a temporary name
-and renamed, as until 2026-12): every upload publishes a new version, and on ext4 the create,
-rename and unlink of a small file per version cost about 0.2 ms of daemon CPU per memory command
-at K = 1 (``docs/PERFORMANCE.md``), where one ``write`` on an ``O_APPEND`` descriptor costs a few
-microseconds. A line cut short by a crash or a full disk is skipped at the next start (that
-entry is fetched again). Records of an older memfs (``X.json``, or lines without a ``mac``) are
-not sealed: they are discarded, and those objects fetched again once.
+Why one appended file, not a record file per entry (``X.json`` until 2026-12): every upload
+publishes a version, and on ext4 a small file's create, rename and unlink per version cost ~0.2
+ms of daemon CPU per memory command at K = 1 (``docs/PERFORMANCE.md``); an ``O_APPEND`` write
+costs microseconds. A line cut short by a crash or a full disk is skipped at the next start; an
+older memfs's records (unsealed) are discarded. Either way those objects are fetched again once.
 
 Integrity (``cachetrust``): the tree must be private to the mount's user, or the mount refuses
 it; records are sealed with a key only that user can read; an entry read back after a restart is
@@ -36,9 +34,9 @@ by ``max_bytes`` (an entry's full size counts); an entry bigger than the bound i
 ``persistent`` off (``--cache-size 0``) nothing outlives the mount and the bound is
 ``SESSION_BYTES``, as before the cache moved to disk.
 
-Lives on the trio thread, except ``verify`` and ``persist``, which only read files and append a
-record (under ``_records_lock``), and are what the core runs in a worker thread for big entries,
-and the records file's rewrite, which ``background`` runs (a worker thread, in the mount).
+Lives on the trio thread, but for ``verify`` and ``persist`` (read files, append a record under
+``_records_lock``: the core runs them in a worker thread for big entries) and the records
+file's rewrite (``background``: a worker thread, in the mount).
 """
 
 from __future__ import annotations
@@ -69,6 +67,7 @@ from memfs.mount.cachetrust import (
     seal,
     unseal,
 )
+from memfs.mount.pathtree import PathTree
 from memfs.private_dirs import private_dirs
 from memfs.s3.objectmeta import ObjectInfo
 
@@ -126,6 +125,7 @@ class DiskCache:
         self.objects = self.root / "objects"
         self.uploads = self.root / "uploads"
         self._items: OrderedDict[str, Entry] = OrderedDict()
+        self._tree = PathTree(self._items)  # a directory's rename moves what is below it
         self._used = 0
         # Appends come from the trio thread and from persist() in worker threads; a rewrite
         # swaps the descriptor. Both under the lock, with the entry's sha256 set under it too,
@@ -147,12 +147,12 @@ class DiskCache:
         self._key = load_key(self.root)
         self._lock_fd = self._take_lock()
         _empty(self.staging)
-        if self.persistent:
-            self._load()
-            self._appended = []
-            self._rewrite_records(list(self._items.values()))
-        else:
+        if not self.persistent:
             _empty(self.objects)
+            return
+        self._load()
+        self._appended = []
+        self._rewrite_records(list(self._items.values()))
 
     def _take_lock(self) -> int:
         fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -374,19 +374,17 @@ class DiskCache:
     # -- removing ------------------------------------------------------------------------------
 
     def discard(self, path: str) -> None:
-        entry = self._items.get(path)
-        if entry is not None:
+        if (entry := self._items.get(path)) is not None:
             self._drop(entry)
 
     def move(self, old: str, new: str, *, tree: bool) -> None:
-        """Follow a rename: the entry at ``old`` now belongs to ``new``, and so do those below
-        it if it is a directory (``tree``: a scan of the cache; a file's rename is one key)."""
-        moved = [e for p, e in self._items.items() if p == old or p.startswith(old + "/")] \
-            if tree else [e for e in [self._items.get(old)] if e is not None]
+        """Follow a rename of ``old`` to ``new`` (``tree``: a directory, with all below it)."""
+        moved = [self._items[p] for p in [old, *(self._tree.below(old) if tree else ())]
+                 if p in self._items]
         for entry in moved:
             self._drop(entry, remove_files=False)
-            self.discard(new + entry.path[len(old):])
-            entry.path = new + entry.path[len(old):]
+            self.discard(target := new + entry.path[len(old):])
+            entry.path = target
             self._add(entry)
             if entry.sha256 is not None:
                 self._write_record(entry, entry.sha256)  # the same bytes, under the new path
@@ -405,6 +403,7 @@ class DiskCache:
 
     def _add(self, entry: Entry) -> None:
         self._items[entry.path] = entry
+        self._tree.added(entry.path)
         self._used += entry.size
         while self._used > self.max_bytes and self._items:
             # Least recently used first; an entry bigger than the whole bound (a lowered
@@ -420,6 +419,7 @@ class DiskCache:
     def _drop(self, entry: Entry, remove_files: bool = True) -> None:
         if self._items.get(entry.path) is entry:
             del self._items[entry.path]
+            self._tree.removed(entry.path)
             self._used -= entry.size
         if remove_files:
             # Open blobs keep reading the unlinked file through their descriptors. Its record
@@ -470,6 +470,7 @@ class DiskCache:
         assert self._used <= self.max_bytes, f"{self._used} bytes over the bound"
         for path, entry in self._items.items():
             assert entry.path == path, f"entry for {entry.path} filed under {path}"
+        self._tree.check_invariants(list(self._items))
 
 
 def _record(entry: Entry, digest: str) -> dict[str, object]:
@@ -482,8 +483,7 @@ def _entry(record: dict[str, Any], name: object) -> Entry:
     ValueError, KeyError or TypeError for a record that is not one of ours."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(f"not a cache file name: {name!r}")  # never a path outside objects/
-    size = int(record["size"])
-    info = record.get("info")
+    size, info = int(record["size"]), record.get("info")
     return Entry(str(record["path"]), str(record["etag"]), size, name, Ranges([(0, size)]),
                  ObjectInfo(**info) if isinstance(info, dict) else None,
                  str(record["sha256"]), verified=False)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from memfs.mount.dirstream import DirStream, ReadBudget
+from memfs.mount.pathtree import PathTree, parent_of
 from memfs.mount.sortednames import SortedNames
 from memfs.s3.objectmeta import ObjectInfo
 
@@ -307,28 +308,19 @@ def child_path(parent: str, name: str) -> str:
     return f"{parent}/{name}" if parent else name
 
 
-def parent_of(path: str) -> str:
-    """The directory holding ``path`` (``""``: the root)."""
-    return path.rpartition("/")[0]
-
-
 class InodeTable:
     """Inode ↔ path bookkeeping. All access happens on the trio thread: no locks needed.
 
     INVARIANT: every node in ``by_path`` is in ``by_inode`` under its inode, stands for the path
     it is keyed by and is not detached; the root is always in both.
-    INVARIANT: ``_below`` indexes ``by_path`` as a tree: every path other than the root that
-    ``by_path`` holds or ``_below`` has a key for is in ``_below[parent_of(path)]``, and no set is
-    empty. A rename or a directory's removal walks only the subtree it changes (the kernel may
-    hold 100,000 nodes after one ``ls`` of a planted directory: a scan of the whole table per
-    ``mv`` or ``rmdir`` made ``rm -r`` of it quadratic, eleventh hostile review F38). Paths whose
-    node is gone stay as keys while something below them is held.
+    INVARIANT: ``_tree`` indexes ``by_path`` (``PathTree``): a rename or a directory's removal
+    walks only the subtree it changes, not every node the kernel holds.
     """
 
     def __init__(self, root: Node) -> None:
         self.by_inode: dict[int, Node] = {root.inode: root}
         self.by_path: dict[str, Node] = {root.path: root}
-        self._below: dict[str, set[str]] = {}
+        self._tree = PathTree(self.by_path)
         self._next = ROOT_INODE + 1
 
     def __getitem__(self, inode: int) -> Node:
@@ -356,7 +348,7 @@ class InodeTable:
         if node is not None:
             node.detached = True
             if node.kind is Kind.DIR:
-                for sub in self._subtree(path):
+                for sub in self._tree.below(path):
                     self.by_path[sub].detached = True
                     self._pop(sub)
             self._drop_if_unused(node)
@@ -367,7 +359,7 @@ class InodeTable:
         if old == new:
             return
         self.detach(new)
-        moved = [(p, self._pop(p)) for p in [old, *self._subtree(old)] if p in self.by_path]
+        moved = [(p, self._pop(p)) for p in [old, *self._tree.below(old)] if p in self.by_path]
         for p, n in moved:
             assert n is not None
             n.path = new + p[len(old):]
@@ -397,48 +389,15 @@ class InodeTable:
             if self.by_path.get(node.path) is node:
                 self._pop(node.path)
 
-    # -- the path index ------------------------------------------------------------------------
-
     def _put(self, path: str, node: Node) -> None:
         self.by_path[path] = node
-        # Link the path under its parent, and the parent under its own if it was not yet linked.
-        while path:
-            parent = parent_of(path)
-            below = self._below.get(parent)
-            if below is not None:
-                below.add(path)
-                return
-            self._below[parent] = {path}
-            if parent in self.by_path:
-                return  # a held path is linked already
-            path = parent
+        self._tree.added(path)
 
     def _pop(self, path: str) -> Node | None:
         node = self.by_path.pop(path, None)
-        if node is None:
-            return None
-        # Unlink the path unless something below it is still held, then any parent left empty.
-        while path and path not in self.by_path and path not in self._below:
-            parent = parent_of(path)
-            below = self._below[parent]
-            below.discard(path)
-            if below:
-                return node
-            del self._below[parent]
-            path = parent
+        if node is not None:
+            self._tree.removed(path)
         return node
-
-    def _subtree(self, path: str) -> list[str]:
-        """Every path held below ``path`` (not ``path`` itself): the subtree's size, not the
-        table's."""
-        found: list[str] = []
-        todo = [path]
-        while todo:
-            for sub in self._below.get(todo.pop(), ()):
-                todo.append(sub)
-                if sub in self.by_path:
-                    found.append(sub)
-        return found
 
     def check_invariants(self) -> None:
         """Raise AssertionError when the table contradicts its invariants (tests call this)."""
@@ -452,12 +411,4 @@ class InodeTable:
                 f"{path!r}: mode/kind differ"
             assert node.kind is Kind.DIR or kind_of_mode(node.mode) is node.kind
             assert node.nlookup >= 0
-            if path:
-                assert path in self._below.get(parent_of(path), ()), f"{path!r}: not indexed"
-        for parent, below in self._below.items():
-            assert below, f"{parent!r}: an empty index entry"
-            assert parent == "" or parent in self._below.get(parent_of(parent), ()), \
-                f"{parent!r}: index entry not linked"
-            for sub in below:
-                assert parent_of(sub) == parent, f"{sub!r} indexed under {parent!r}"
-                assert sub in self.by_path or sub in self._below, f"{sub!r}: indexes nothing"
+        self._tree.check_invariants(list(self.by_path))
