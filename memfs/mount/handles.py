@@ -166,6 +166,15 @@ class HandleTable:
         """The states of the handles open on ``node`` (found by its inode, not by a scan)."""
         return [of for of in self._on.get(node.inode, {}).values() if of.node is node]
 
+    def states_of(self, node: Node) -> list[OpenFile]:
+        """Every open state of ``node``, as ``states`` holds them: its handles' and its shared
+        one (which outlives its last handle while it uploads at release)."""
+        found = {id(of): of for of in self.on_node(node)}
+        shared = self.shared.get(node.inode)
+        if shared is not None and shared.node is node:
+            found.setdefault(id(shared), shared)
+        return list(found.values())
+
     def check_invariants(self) -> None:
         """Raise AssertionError when the table contradicts its invariants (tests call this)."""
         for inode, of in self.shared.items():

@@ -230,7 +230,7 @@ class Renames(Part):
         try:
             return await self.state.s3(self.store.copy, src_path, dst_path, src_etag=etag), etag
         except StoreError as exc:
-            if exc.errno != errno.ESTALE or any(of.node is node for of in self.handles.states()):
+            if exc.errno != errno.ESTALE or self.handles.states_of(node):
                 raise
         info = await self.state.s3(self.store.head, src_path)
         if info is None:
@@ -248,12 +248,11 @@ class Renames(Part):
         object gets another ETag): the node, and every open state and version blob built on
         the version copied, name the new one, so their next upload or ranged read matches."""
         node.etag = new_etag
-        for of in self.handles.states():
-            if of.node is node:
-                if of.base_etag == copied:
-                    of.base_etag = new_etag
-                if of.body is not None and of.body.etag == copied:
-                    of.body.etag = new_etag
+        for of in self.handles.states_of(node):  # (not every handle: once per deferred move)
+            if of.base_etag == copied:
+                of.base_etag = new_etag
+            if of.body is not None and of.body.etag == copied:
+                of.body.etag = new_etag
 
     def _show_copy(self, src: Node, dst_path: str, etag: str) -> None:
         """A failed rename left its copy (it replaced the destination, or could not be
