@@ -162,6 +162,10 @@ class HandleTable:
             self.privates[fh] = of
         self._on.setdefault(of.node.inode, {})[fh] = of
 
+    def handles_on(self, inode: int) -> list[int]:
+        """The file handles open on the inode's node."""
+        return list(self._on.get(inode, ()))
+
     def on_node(self, node: Node) -> list[OpenFile]:
         """The states of the handles open on ``node`` (found by its inode, not by a scan)."""
         return [of for of in self._on.get(node.inode, {}).values() if of.node is node]

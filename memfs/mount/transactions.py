@@ -117,10 +117,10 @@ class Transactions(Part):
             raise fail(errno.ENODATA)
         if name == protocol.XATTR_TREE_OBJECTS and self.state.node(inode).kind is Kind.DIR:
             return str(await self.tree_objects(self.state.node(inode))).encode()
-        fh = self._handle_of(inode, pid)
-        agent = self.handles.files[fh].agent if fh is not None else None
-        if name == XATTR_AGENT and agent:
-            return agent.encode()
+        if name == XATTR_AGENT:  # (only then the caller's handle: `ls -l` asks two per entry)
+            fh = self._handle_of(inode, pid)
+            if fh is not None and (agent := self.handles.files[fh].agent):
+                return agent.encode()
         raise fail(errno.ENODATA)
 
     async def tree_objects(self, node: Node) -> int:
@@ -169,7 +169,7 @@ class Transactions(Part):
         """The caller's latest handle on ``inode``: opened by the same thread if there is one
         (agents in threads of one process each have their own), else by the same process."""
         owner = self.handles.owner
-        on_inode = [fh for fh, of in self.handles.files.items() if of.node.inode == inode]
+        on_inode = self.handles.handles_on(inode)  # (not every handle in the mount: F45)
         for same in (lambda o: o[0] == tid, lambda o: o[1] == thread_group(tid)):
             mine = [fh for fh in on_inode if fh in owner and same(owner[fh])]
             if mine:
