@@ -90,6 +90,23 @@ def check_tree(cache_dir: Path, own: list[Path]) -> None:
                           f"`chmod -R go-rwx {d}`, or remove it, or choose another --cache-dir")
 
 
+def make_private_tree(root: Path, subdirs: list[Path], *, temporary: bool) -> None:
+    """Check ``root`` (``check_tree``: a ``--cache-dir`` is checked with the directories above
+    it; a ``temporary`` one, made by this process, only itself), then make ``subdirs`` in it and
+    check them too, each left 0700. The root is checked before anything is made in it: a
+    symlink another user planted at its name got memfs's directories made in their target
+    before the refusal (thirteenth hostile review, F46)."""
+    def check(own: list[Path]) -> None:
+        check_tree(own[0], own[1:]) if temporary else check_tree(root.parent, own)
+
+    check([root])
+    for d in subdirs:
+        d.mkdir(mode=0o700, exist_ok=True)
+    check([root, *subdirs])
+    for d in (root, *subdirs):
+        os.chmod(d, 0o700)  # nobody else could write it (checked): nobody else reads it
+
+
 def load_key(tree: Path) -> bytes:
     """The records' key: made once (32 random bytes, 0600), then read; refused if anyone but
     this user could read or change it (a sealed record is only as good as its key)."""

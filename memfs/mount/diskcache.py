@@ -61,8 +61,8 @@ from typing import Any
 from memfs.mount.blobs import Blob, Ranges
 from memfs.mount.cachetrust import (
     CacheRefused,
-    check_tree,
     load_key,
+    make_private_tree,
     md5_of_etag,
     seal,
     unseal,
@@ -138,12 +138,8 @@ class DiskCache:
         # Runs a rewrite (of the whole records file: seconds for half a million entries) off
         # the caller's thread; inline when not given (tests, and the start of a mount).
         self._background = background or (lambda job: job())
-        for d in (self.staging, self.objects, self.uploads):
-            d.mkdir(mode=0o700, exist_ok=True)
-        own = [self.root, self.staging, self.objects, self.uploads]
-        check_tree(own[0], own[1:]) if self._temporary else check_tree(self.root.parent, own)
-        for d in own:
-            os.chmod(d, 0o700)  # nobody else could write it (checked): nobody else reads it
+        make_private_tree(self.root, [self.staging, self.objects, self.uploads],
+                          temporary=self._temporary)
         self._key = load_key(self.root)
         self._lock_fd = self._take_lock()
         _empty(self.staging)

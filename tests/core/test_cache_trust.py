@@ -98,6 +98,9 @@ def test_a_symlinked_content_dir_is_refused(tmp_path: Path) -> None:
     (tmp_path / "cache" / "content-x").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(CacheUntrusted, match="not a directory"):
         DiskCache(tmp_path / "cache" / "content-x", 1 << 20)
+    # Refused before anything was made in it (thirteenth hostile review, F46: staging/,
+    # objects/ and uploads/ had been made in the symlink's target first).
+    assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
 def test_a_readable_key_is_refused(tmp_path: Path) -> None:
