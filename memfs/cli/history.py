@@ -93,9 +93,10 @@ def _show(ctx: Context, args: argparse.Namespace, items: Sequence[Version | Chan
 
 def cmd_history(args: argparse.Namespace, ctx: Context) -> int:
     target = require_file(locate(args, ctx, args.path), args.path)
-    versions, more = on_bucket(target, lambda s3: history(
+    versions, more, complete = on_bucket(target, lambda s3: history(
         s3, target, limit=max(1, args.limit), warn=_warn(ctx), everything=args.all))
-    return _show(ctx, args, versions, lambda: render_history(target, versions, more))
+    return _show(ctx, args, versions,
+                 lambda: render_history(target, versions, more, complete=complete))
 
 
 def cmd_restore(args: argparse.Namespace, ctx: Context) -> int:
@@ -127,7 +128,8 @@ def cmd_log(args: argparse.Namespace, ctx: Context) -> int:
     return _show(ctx, args, found, lambda: render_log(target, since, found, more))
 
 
-def render_history(target: Target, versions: Sequence[Version], more: int) -> str:
+def render_history(target: Target, versions: Sequence[Version], more: int, *,
+                   complete: bool = True) -> str:
     rows = []
     for i, v in enumerate(versions):
         note = "deleted" if v.deleted else ("current" if i == 0 and v.latest else "")
@@ -137,8 +139,9 @@ def render_history(target: Target, versions: Sequence[Version], more: int) -> st
                      "-" if v.deleted else (v.writer or "?"), v.agent or "-", v.version_id, note])
     out = [f"{target.display(target.rel)}  ({target.url})",
            table(["TIME (UTC)", "SIZE", "WRITER", "AGENT", "VERSION", ""], rows, right=[1])]
-    if more:
-        out.append(f"... {more} older version(s) not shown (--limit)")
+    if more or not complete:
+        count = f"{more}" if complete else f"at least {max(more, 1)}"
+        out.append(f"... {count} older version(s) not shown (--limit)")
     return "\n".join(out)
 
 

@@ -97,9 +97,11 @@ def require_versioning(s3: Bucket, target: Target, warn: Warn | None = None) -> 
             "(versions are kept from then on)")
 
 
-def _list_versions(s3: Bucket, prefix: str, *, exactly: bool = False) -> Iterable[Version]:
-    """The versions under ``prefix``; ``exactly``: of the key ``prefix`` alone."""
-    for v in s3.key_versions(prefix) if exactly else s3.versions(prefix):
+def _list_versions(s3: Bucket, prefix: str, *, exactly: bool = False,
+                   enough: int | None = None) -> Iterable[Version]:
+    """The versions under ``prefix``; ``exactly``: of the key ``prefix`` alone (``enough``:
+    the pages until at least that many)."""
+    for v in s3.key_versions(prefix, enough) if exactly else s3.versions(prefix):
         yield Version(key=v.key, version_id=v.version_id, time=v.modified, deleted=v.deleted,
                       latest=v.latest, size=v.size, etag=v.etag or None)
 
@@ -142,9 +144,10 @@ def order(entries: Sequence[Version]) -> list[Version]:
     return out
 
 
-def key_history(s3: Bucket, key: str) -> list[Version]:
-    """Every version and deletion of exactly `key`, newest first (no metadata yet)."""
-    return order(list(_list_versions(s3, key, exactly=True)))
+def key_history(s3: Bucket, key: str, enough: int | None = None) -> list[Version]:
+    """Every version and deletion of exactly `key`, newest first (no metadata yet); with
+    `enough`, the newest (the listing's pages until at least that many)."""
+    return order(list(_list_versions(s3, key, exactly=True, enough=enough)))
 
 
 def _head_meta(s3: Bucket, v: Version) -> Version:
@@ -218,18 +221,23 @@ def not_a_file(s3: Bucket, target: Target) -> HistoryError:
 
 
 def history(s3: Bucket, target: Target, *, limit: int = DEFAULT_HISTORY_LIMIT,
-            warn: Warn | None = None, everything: bool = False) -> tuple[list[Version], int]:
-    """The file's versions newest first with writer/agent (at most `limit`), and how many more;
-    the empty first version of ``> f`` left out unless `everything`."""
+            warn: Warn | None = None, everything: bool = False) -> tuple[list[Version], int, bool]:
+    """The file's versions newest first with writer/agent (at most `limit`), how many more were
+    listed, and whether that is all of them; the empty first version of ``> f`` left out unless
+    `everything`. Only the listing's pages up to twice `limit` entries (an empty first version
+    each, dropped) are read: `--limit 5` of a key with 2,142 versions had listed them all, 3
+    pages, and a bucket writer can give a key a million (thirteenth hostile review, F47)."""
     require_versioning(s3, target, warn)
-    entries = key_history(s3, target.key)
+    enough = 2 * max(NOISE_CHECKS, limit) + 1
+    entries = key_history(s3, target.key, enough)
     if not entries:
         raise not_a_file(s3, target)
+    complete = len(entries) < enough
     seen: Seen = {}
     if not everything:
         entries = drop_noise(s3, entries, seen, max(NOISE_CHECKS, limit))
     shown = with_metadata(s3, entries[:limit], seen)
-    return shown, len(entries) - len(shown)
+    return shown, len(entries) - len(shown), complete
 
 
 # -- restore --------------------------------------------------------------------------------------

@@ -81,15 +81,20 @@ class Bucket:
         for page in paginator.paginate(Bucket=self.name, Prefix=prefix):
             yield from _listed_versions(page)
 
-    def key_versions(self, key: str) -> Iterator[ListedVersion]:
-        """Every version and delete marker of exactly `key`. S3 lists by prefix, and keys that
-        start with `key` (`notes.md.1`, `notes.md/…`) sort after it: the listing stops once a
-        page has passed it (20,000 planted `notes.md.*` keys had cost `memfs history notes.md`
-        21 pages for 3 versions: ninth hostile review, F32)."""
+    def key_versions(self, key: str, enough: int | None = None) -> Iterator[ListedVersion]:
+        """Every version and delete marker of exactly `key` (with `enough`: the pages until at
+        least that many were listed; whole pages, as a page lists a key's versions and its
+        markers apart). S3 lists by prefix, and keys that start with `key` (`notes.md.1`,
+        `notes.md/…`) sort after it: the listing stops once a page has passed it (20,000
+        planted `notes.md.*` keys had cost `memfs history notes.md` 21 pages for 3 versions:
+        ninth hostile review, F32)."""
         paginator = self.client.get_paginator("list_object_versions")
+        listed = 0
         for page in paginator.paginate(Bucket=self.name, Prefix=key):
-            yield from (v for v in _listed_versions(page) if v.key == key)
-            if page.get("NextKeyMarker", key) > key:
+            mine = [v for v in _listed_versions(page) if v.key == key]
+            yield from mine
+            listed += len(mine)
+            if page.get("NextKeyMarker", key) > key or (enough is not None and listed >= enough):
                 return
 
     def has_versions_under(self, prefix: str) -> bool:

@@ -374,3 +374,27 @@ def test_a_files_history_lists_no_further_than_its_own_versions(s3, s3_reset) ->
     versions = history.key_history(Bucket(client, BUCKET), "h/notes.md")
     assert [v.size for v in versions] == [1, 1, 1] and {v.key for v in versions} == {"h/notes.md"}
     assert len(pages) == 1, len(pages)  # before: 3, a page per 1,000 keys
+
+
+def test_a_history_reads_the_versions_it_shows_not_all_of_them(s3, s3_reset) -> None:
+    """Thirteenth hostile review, F47: `memfs history --limit 5` listed every version of the
+    file (3 pages at 2,142; a bucket writer can give a key a million) to show 5 and count the
+    rest. It reads the pages until twice the limit (or the noise checks), and says "at least"."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memfs.s3.bucket import Bucket
+    from memfs.s3.client import make_client
+
+    enable_versioning(s3)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: s3.put_object(Bucket=BUCKET, Key="h/many.md",
+                                              Body=b"v%d" % i), range(1_200)))
+    client = make_client(s3_reset, "us-east-1")
+    pages: list[str] = []
+    client.meta.events.register("before-call.s3.ListObjectVersions",
+                                lambda **kw: pages.append(kw["model"].name))
+    bucket = Bucket(client, BUCKET)
+    newest = history.key_history(bucket, "h/many.md", enough=51)
+    assert len(pages) == 1, len(pages)  # before: 2, every version
+    assert 51 <= len(newest) <= 1000 and newest == history.key_history(bucket, "h/many.md")[
+        :len(newest)]
