@@ -23,6 +23,7 @@ from memfs.mount import dirhandles, hiddenkeys, listings, namespace, rename
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import ROOT_INODE, DirCache, Kind
+from memfs.mount.state import Caller
 from memfs.protocol import XATTR_LISTING_CUT
 from tests.core.test_core_big_dirs import ME
 from tests.support.memory_store import MemoryStore
@@ -842,5 +843,31 @@ def test_a_listing_does_not_walk_every_open_handle_per_entry() -> None:
                 with pytest.raises(OSError):
                     await core.getxattr(node.inode, name, ME.pid)
         assert privates.walks + files.walks < 20, (privates.walks, files.walks)  # before: 4,100+
+
+    trio.run(main)
+
+
+def test_finding_the_callers_handle_reads_its_thread_group_once(monkeypatch) -> None:
+    """Fourteenth hostile review, F48: a getxattr on a file another process held open 16,000
+    times read the caller's thread group from /proc once per handle: 40 ms a call."""
+    from memfs.mount import transactions
+
+    reads: list[int] = []
+    real = transactions.thread_group
+    monkeypatch.setattr(transactions, "thread_group", lambda tid: reads.append(tid) or real(tid))
+    core = core_over_files(1)
+    other = Caller(0, 0, 1)  # another process (init's pid: its thread group is itself)
+
+    async def main() -> None:
+        big = await core.lookup(ROOT_INODE, "big")
+        assert big is not None
+        f = await core.lookup(big.inode, "f00000")
+        assert f is not None
+        for _ in range(300):
+            await core.open(f.inode, os.O_RDONLY, other)
+        for _ in range(10):
+            with pytest.raises(OSError):
+                await core.getxattr(f.inode, "user.memfs.agent", ME.pid)
+        assert len(reads) <= 10, len(reads)  # before: 3,000
 
     trio.run(main)
