@@ -19,6 +19,12 @@ def private_dirs(path: Path) -> None:
     while not os.path.lexists(p):
         missing.append(p)
         p = p.parent
+    # Nothing is made in another user's directory (a symlink they planted on the way leads
+    # there: root made memfs's directories in it before refusing them, fourteenth hostile
+    # review, F50). Where it leads counts: a symlink of theirs into a directory of ours is fine.
+    if missing and (owner := os.stat(p).st_uid) not in (0, os.geteuid()):
+        raise PermissionError(errno.EACCES, f"{os.path.realpath(p)} belongs to uid {owner}, "
+                              f"not to this user or root: not making {missing[-1].name} in it")
     for d in reversed(missing):
         try:
             os.mkdir(d, 0o700)

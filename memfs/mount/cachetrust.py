@@ -33,6 +33,7 @@ import os
 import pwd
 import re
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +69,7 @@ def check_tree(cache_dir: Path, own: list[Path]) -> None:
     followed for the ancestors (``realpath``), never for ``own``."""
     euid = os.geteuid()
     real = Path(os.path.realpath(cache_dir))
-    for anc in reversed(real.parents):
-        st = os.stat(anc)
-        if st.st_uid not in (0, euid):
-            raise _refuse(anc, f"(above {cache_dir}) belongs to {_who(st.st_uid)}",
-                          "choose a --cache-dir whose parents belong to you or root")
-        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-            raise _refuse(anc, f"(above {cache_dir}) is writable by others",
-                          f"`chmod go-w {anc}` or choose another --cache-dir")
+    _check_above(reversed(real.parents), cache_dir)
     for d in (real, *own):
         st = os.lstat(d)
         if not stat.S_ISDIR(st.st_mode):
@@ -88,6 +82,33 @@ def check_tree(cache_dir: Path, own: list[Path]) -> None:
         if st.st_mode & 0o022:
             raise _refuse(d, f"is writable by others (mode {stat.S_IMODE(st.st_mode):04o})",
                           f"`chmod -R go-rwx {d}`, or remove it, or choose another --cache-dir")
+
+
+def _check_above(dirs: Iterable[Path], cache_dir: Path) -> None:
+    """Refuse unless each of ``dirs`` belongs to this user or root and nobody else may write it
+    (unless sticky, as ``/tmp``: nobody may then rename or remove what is not theirs)."""
+    euid = os.geteuid()
+    for anc in dirs:
+        st = os.stat(anc)
+        if st.st_uid not in (0, euid):
+            raise _refuse(anc, f"(above {cache_dir}) belongs to {_who(st.st_uid)}",
+                          "choose a --cache-dir whose parents belong to you or root")
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise _refuse(anc, f"(above {cache_dir}) is writable by others",
+                          f"`chmod go-w {anc}` or choose another --cache-dir")
+
+
+def check_where_made(cache_dir: Path) -> None:
+    """Before anything is made for ``cache_dir``: the nearest directory that exists at or above
+    it (where memfs makes what is missing) and every one above that must pass the checks of
+    the directories above a cache (symlinks followed: where they lead is what counts). A symlink
+    another user planted there had memfs make ``content-<hash>`` in their directory before the
+    refusal (fourteenth hostile review, F50)."""
+    existing = Path(os.path.abspath(cache_dir))
+    while not os.path.lexists(existing):
+        existing = existing.parent
+    real = Path(os.path.realpath(existing))
+    _check_above([*reversed(real.parents), real], cache_dir)
 
 
 def make_private_tree(root: Path, subdirs: list[Path], *, temporary: bool) -> None:

@@ -61,6 +61,7 @@ from typing import Any
 from memfs.mount.blobs import Blob, Ranges
 from memfs.mount.cachetrust import (
     CacheRefused,
+    check_where_made,
     load_key,
     make_private_tree,
     md5_of_etag,
@@ -118,6 +119,7 @@ class DiskCache:
         # symlink on the way (another user's, in /tmp) could be re-pointed after them
         # (cachetrust). memfs's own directory in it must not be a symlink at all (checked).
         if root is not None:
+            check_where_made(root)
             private_dirs(root)
         self.root = Path(os.path.realpath(root.parent)) / root.name if root is not None else Path(
             tempfile.mkdtemp(prefix="memfs-cache-"))

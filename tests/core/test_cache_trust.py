@@ -103,6 +103,36 @@ def test_a_symlinked_content_dir_is_refused(tmp_path: Path) -> None:
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
+def test_a_cache_dir_symlinked_into_another_users_directory_gets_nothing_made_there(
+        tmp_path: Path) -> None:
+    """Fourteenth hostile review, F50: a symlink at (or above) --cache-dir into another user's
+    directory got content-<hash> made in it (0700, by root) before the refusal."""
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o755)
+    os.chown(victim, 65534, 65534)  # nobody's
+    (tmp_path / "cache").symlink_to(victim)
+    with pytest.raises(CacheUntrusted, match="belongs to"):
+        DiskCache(tmp_path / "cache" / "sub" / "content-x", 1 << 20)
+    assert list(victim.iterdir()) == []
+
+
+def test_private_dirs_makes_nothing_in_another_users_directory(tmp_path: Path) -> None:
+    """The log's and the MCP token's directories too (F50): a symlink on the way into another
+    user's directory is refused before anything is made there; one into ours is followed."""
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o755)
+    os.chown(victim, 65534, 65534)
+    (tmp_path / "logs").symlink_to(victim)
+    with pytest.raises(PermissionError, match="belongs to uid 65534"):
+        private_dirs(tmp_path / "logs" / "memfs" / "deeper")
+    assert list(victim.iterdir()) == []
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    (tmp_path / "ours").symlink_to(mine)
+    private_dirs(tmp_path / "ours" / "memfs")
+    assert (mine / "memfs").is_dir()
+
+
 def test_a_readable_key_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "cache" / "content-x"
     DiskCache(root, 1 << 20).close()
