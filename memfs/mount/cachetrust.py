@@ -108,7 +108,12 @@ def check_where_made(cache_dir: Path) -> None:
     while not os.path.lexists(existing):
         existing = existing.parent
     real = Path(os.path.realpath(existing))
-    _check_above([*reversed(real.parents), real], cache_dir)
+    _check_above(reversed(real.parents), cache_dir)
+    if (owner := os.stat(real).st_uid) not in (0, os.geteuid()):
+        raise _refuse(existing, f"belongs to {_who(owner)}, not to {_who(os.geteuid())}",
+                      f"remove {existing} (memfs makes it again, 0700) or choose another "
+                      "--cache-dir")
+    _check_above([real], cache_dir)
 
 
 def make_private_tree(root: Path, subdirs: list[Path], *, temporary: bool) -> None:
