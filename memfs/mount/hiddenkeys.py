@@ -72,8 +72,7 @@ class HiddenKeys(Part):
         may not show (a change since, or a file not uploaded yet)."""
         if any(what is not None and when >= since for when, what in (dnode.recent or {}).values()):
             return True
-        return any(of.is_new and not of.node.detached and of.node.parent_path() == dnode.path
-                   for of in self.state.handles.states())
+        return bool(self.state.unsent_in(dnode.path))
 
     async def remove_shadowed(self, parent: Node, name: str) -> None:
         """S3 also held a file of the directory's name, hidden by it (a directory wins): it

@@ -277,10 +277,8 @@ class ListingCache(Part):
             else:
                 del recent[name]  # S3 had it before the LIST began
         # Files this mount created but has not uploaded yet are not in S3: keep them.
-        for of in self.state.handles.states():
-            n = of.node
-            if of.is_new and not n.detached and n.parent_path() == path and n.path:
-                cache.files[n.name()] = ObjectInfo(n.size, "", n.mtime)
+        for n in self.state.unsent_in(path):
+            cache.files[n.name()] = ObjectInfo(n.size, "", n.mtime)
         if dnode.listing is not None and not dnode.listing.same_names(cache):
             self._touch_dir(dnode)  # entries changed elsewhere: as far as we can know, now
         dnode.listing = cache

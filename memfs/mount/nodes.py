@@ -332,6 +332,14 @@ class InodeTable:
     def at(self, path: str) -> Node | None:
         return self.by_path.get(path)
 
+    def children(self, path: str) -> list[Node]:
+        """The nodes of the entries directly in directory ``path`` that the table holds."""
+        return [self.by_path[sub] for sub in self._tree.children(path)]
+
+    def below(self, path: str) -> list[Node]:
+        """The nodes of every entry below directory ``path`` that the table holds."""
+        return [self.by_path[sub] for sub in self._tree.below(path)]
+
     def add(self, path: str, kind: Kind, mode: int, uid: int, gid: int) -> Node:
         node = Node(self._next, path, kind, mode, uid, gid)
         self._next += 1

@@ -60,6 +60,10 @@ class PathTree:
             del self._below[parent]
             path = parent
 
+    def children(self, path: str) -> list[str]:
+        """The paths held directly below ``path``: how many there are, not the table's size."""
+        return [sub for sub in self._below.get(path, ()) if sub in self._held]
+
     def below(self, path: str) -> list[str]:
         """Every path held below ``path`` (not ``path`` itself): the subtree's size, not the
         table's."""

@@ -292,8 +292,11 @@ class Renames(Part):
         name once the directory had gone (docs/SEMANTICS.md, "A file and a directory of the same
         name"). An empty directory replaced goes as ``rmdir`` would, with the file it hid and the
         keys under it no entry shows."""
-        for of in list(self.handles.shared.values()):
-            if of.node.path.startswith(src.path + "/") and (of.dirty or of.is_new):
+        # Files open below it with changes S3 has not seen go up first, so the copies carry
+        # them; found through the nodes below it, not by walking every open file (F49).
+        for node in self.inodes.below(src.path):
+            of = self.handles.shared.get(node.inode)
+            if of is not None and of.node is node and (of.dirty or of.is_new):
                 async with of.lock:
                     await self.uploader.upload(of)
         keys = await self._keys_to_move(src)

@@ -285,6 +285,18 @@ class CoreState:
     def check_total(self, delta_bytes: int) -> None:
         self.usage.check_add(delta_bytes)
 
+    def unsent_in(self, path: str) -> list[Node]:
+        """The files directly in directory ``path`` that this mount created and has not
+        uploaded yet: S3 does not hold them, so no LIST shows them.
+
+        Found through the nodes the inode table holds in the directory: a file held open is
+        held by the kernel too (it keeps the inode until RELEASE is answered, and release
+        answers after the upload), so it is in the table under its current path. Walking
+        every open state instead cost each listing and rmdir ~40 ns per state held anywhere
+        in the mount (fourteenth hostile review, F49)."""
+        return [node for node in self.inodes.children(path) if node.kind is not Kind.DIR
+                and any(of.is_new for of in self.handles.states_of(node))]
+
     def is_local(self, node: Node) -> bool:
         """True when this mount holds the authoritative state (a file not yet uploaded)."""
         of = self.handles.shared.get(node.inode)

@@ -370,10 +370,8 @@ def test_handles_reading_a_directory_share_its_list_and_budget(monkeypatch, late
     share it — its pages, its names, its budget — whenever they open; each sees every entry
     once."""
     monkeypatch.setattr(dirhandles, "READDIR_METADATA_BUDGET", 1_000)
-    store = MemoryStore()
-    for i in range(5_000):
-        store.put(f"big/f{i:05d}", b"x", {})
-    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+    core = core_over_files(5_000, ttl=TTL)
+    store = core.store
 
     async def main() -> None:
         big = await core.lookup(ROOT_INODE, "big")
@@ -694,12 +692,12 @@ def test_lookups_count_the_bytes_that_arrived_against_their_budget() -> None:
     trio.run(main)
 
 
-def core_over_files(count: int) -> MemFSCore:
+def core_over_files(count: int, ttl: float = 30) -> MemFSCore:
     """A core over a bucket of ``count`` one-byte files in ``big/``."""
     store = MemoryStore()
     for i in range(count):
         store.put(f"big/f{i:05d}", b"x", {})
-    return MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=30))
+    return MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=ttl))
 
 
 def test_handles_of_a_read_listing_share_its_sorted_names_until_it_changes() -> None:
@@ -869,5 +867,48 @@ def test_finding_the_callers_handle_reads_its_thread_group_once(monkeypatch) -> 
             with pytest.raises(OSError):
                 await core.getxattr(f.inode, "user.memfs.agent", ME.pid)
         assert len(reads) <= 10, len(reads)  # before: 3,000
+
+    trio.run(main)
+
+
+def test_listings_rmdir_and_directory_renames_do_not_walk_every_open_file() -> None:
+    """Fourteenth hostile review, F49: installing a listing, rmdir's emptiness check and a
+    directory rename each went through every open file of the mount (to find the files this
+    mount made and has not uploaded): 0.68 ms per listing at 16,000 handles held elsewhere,
+    12.4 ms at 100,000. They walk the nodes the inode table holds in the directory instead —
+    and still find those files."""
+    core = core_over_files(100, ttl=TTL)
+    store = core.store
+
+    async def main() -> None:
+        other = await core.lookup(ROOT_INODE, "big")
+        assert other is not None
+        for i in range(100):  # held elsewhere: shared states and private O_TRUNC copies
+            node = await core.lookup(other.inode, f"f{i:05d}")
+            assert node is not None
+            await core.open(node.inode, os.O_RDONLY, ME)
+            await core.open(node.inode, os.O_WRONLY | os.O_TRUNC, ME)
+        work = await core.mkdir(ROOT_INODE, "work", 0o755, ME)
+        sub = await core.mkdir(work.inode, "sub", 0o755, ME)
+        opened, _ = await core.create(sub.inode, "new.md", 0o644, os.O_WRONLY, ME)
+        await core.write(opened.fh, 0, b"kept")
+        await core.mkdir(work.inode, "empty", 0o755, ME)
+        core.handles.shared = shared = CountingValues(core.handles.shared)
+        core.handles.privates = privates = CountingValues(core.handles.privates)
+        await trio.sleep(TTL * 2)  # expired: the next readdir lists S3 again
+
+        fh = await core.opendir(sub.inode)
+        assert [n for n, _ in (await core.dir_entries(fh))[2:]] == ["new.md"]  # not in S3 yet
+        core.releasedir(fh)
+        with pytest.raises(OSError) as err:
+            await core.rmdir(work.inode, "sub")  # holds a file not uploaded yet
+        assert err.value.errno == errno.ENOTEMPTY
+        await core.rmdir(work.inode, "empty")
+        await core.rename(work.inode, "sub", work.inode, "moved", 0)
+        assert (shared.walks, privates.walks) == (0, 0)  # before: one walk of each per step
+
+        assert store.objects["work/moved/new.md"][0] == b"kept"  # uploaded before the copy
+        await core.release(opened.fh)
+        core.check_invariants()
 
     trio.run(main)
