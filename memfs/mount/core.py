@@ -92,7 +92,9 @@ class MemFSCore(CoreState):
         self.content.check_invariants()
         for of in self.handles.states():
             assert of.handles > 0, f"{of.node.path}: an open state with no handle"
-            # What lets a listing find the files not uploaded yet by the directory's nodes
-            # (CoreState.unsent_in): the kernel holds an open file's inode.
-            assert of.node.detached or self.inodes.at(of.node.path) is of.node, \
-                f"{of.node.path}: open, named, but not in the inode table"
+            # What lets a listing keep the files not uploaded yet (CoreState.unsent_in).
+            node = of.node
+            if of.is_new and not node.detached:
+                parent = self.inodes.at(node.parent_path())
+                assert parent is not None and (parent.new_files or {}).get(node.inode) is node, \
+                    f"{node.path}: not uploaded, and not among its directory's new files"

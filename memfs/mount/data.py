@@ -80,6 +80,7 @@ class DataPath(Part):
             node.mtime = node.validated_at = time.time()
             of = OpenFile(node, body=self.state.new_blob(), is_new=True, dirty=True)
             self.handles.shared[node.inode] = of
+            self.state.note_unsent(parent, node)
             self.listings.add(parent.path, text, node)
             self.inodes.hold(node)
             writing = flags & os.O_ACCMODE != os.O_RDONLY

@@ -117,6 +117,11 @@ class HandleTable:
     # other handles hold its node; each went through every handle open in the mount (16,000
     # rewrites held open: 6 s of trio CPU for one `ls -l` of 2,000, twelfth review, F42/F43).
     _on: dict[int, dict[int, OpenFile]] = field(default_factory=dict)
+    # The private states made new (a transaction on a file not uploaded yet), by inode then
+    # handle: ``unsent`` answers without visiting a node's other handles (another user's
+    # 16,000 read-only opens of it, fifteenth hostile review, F54). An entry whose state has
+    # been uploaded since is dropped when found (``is_new`` never comes back).
+    _new_private: dict[int, dict[int, OpenFile]] = field(default_factory=dict)
     _next_fh: int = 1
 
     def new_fh(self) -> int:
@@ -143,6 +148,9 @@ class HandleTable:
         del on[fh]
         if not on:
             del self._on[of.node.inode]
+        new = self._new_private.get(of.node.inode)
+        if new is not None and new.pop(fh, None) is not None and not new:
+            del self._new_private[of.node.inode]
         self.owner.pop(fh, None)
         self.append.discard(fh)
         self.direct.discard(fh)
@@ -161,6 +169,8 @@ class HandleTable:
         if of.private:
             self.privates[fh] = of
         self._on.setdefault(of.node.inode, {})[fh] = of
+        if of.private and of.is_new:
+            self._new_private.setdefault(of.node.inode, {})[fh] = of
 
     def handles_on(self, inode: int) -> list[int]:
         """The file handles open on the inode's node."""
@@ -179,6 +189,22 @@ class HandleTable:
             found.setdefault(id(shared), shared)
         return list(found.values())
 
+    def unsent(self, node: Node) -> bool:
+        """Whether a state open on ``node`` holds it as a file S3 has not seen yet (created
+        here, not uploaded): its shared state, or a transaction's private copy."""
+        shared = self.shared.get(node.inode)
+        if shared is not None and shared.node is node and shared.is_new:
+            return True
+        new = self._new_private.get(node.inode)
+        if new is None:
+            return False
+        for fh, of in list(new.items()):
+            if of.is_new and of.node is node:
+                return True
+            del new[fh]  # uploaded (or discarded) since it was made: looked at once
+        del self._new_private[node.inode]
+        return False
+
     def check_invariants(self) -> None:
         """Raise AssertionError when the table contradicts its invariants (tests call this)."""
         for inode, of in self.shared.items():
@@ -196,6 +222,10 @@ class HandleTable:
             "the index by inode is not the handles' states"
         assert all(on and all(of.node.inode == i for of in on.values())
                    for i, on in self._on.items()), "the index by inode is not by inode"
+        assert all(new and all(self.privates.get(fh) is of for fh, of in new.items())
+                   for new in self._new_private.values()), "a new private state not open"
+        assert all(fh in self._new_private.get(of.node.inode, ())
+                   for fh, of in self.privates.items() if of.is_new), "a new private unindexed"
         counts: dict[int, int] = {}
         states: dict[int, OpenFile] = {}
         for of in self.files.values():

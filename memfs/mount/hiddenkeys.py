@@ -72,7 +72,7 @@ class HiddenKeys(Part):
         may not show (a change since, or a file not uploaded yet)."""
         if any(what is not None and when >= since for when, what in (dnode.recent or {}).values()):
             return True
-        return bool(self.state.unsent_in(dnode.path))
+        return bool(self.state.unsent_in(dnode))
 
     async def remove_shadowed(self, parent: Node, name: str) -> None:
         """S3 also held a file of the directory's name, hidden by it (a directory wins): it

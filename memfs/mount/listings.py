@@ -263,7 +263,6 @@ class ListingCache(Part):
 
     def _install(self, dnode: Node, listing: Listing, started: float, arrived: float) -> DirCache:
         """Make ``listing`` (sent at ``started``, answered at ``arrived``) the directory's."""
-        path = dnode.path
         # Fresh from when it arrived: a LIST slower than the TTL must not be stale on arrival
         # (every lookup would list again).
         cache = DirCache(listing.files, listing.dirs, arrived, listing.has_marker, started,
@@ -277,7 +276,7 @@ class ListingCache(Part):
             else:
                 del recent[name]  # S3 had it before the LIST began
         # Files this mount created but has not uploaded yet are not in S3: keep them.
-        for n in self.state.unsent_in(path):
+        for n in self.state.unsent_in(dnode):
             cache.files[n.name()] = ObjectInfo(n.size, "", n.mtime)
         if dnode.listing is not None and not dnode.listing.same_names(cache):
             self._touch_dir(dnode)  # entries changed elsewhere: as far as we can know, now

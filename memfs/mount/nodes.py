@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -190,6 +190,11 @@ class Node:
     # finished may not show it, so a new listing replays the changes made since it started.
     # None until the first change (a file never has one: 100,000 empty dicts were 6 MB).
     recent: dict[str, tuple[float, object]] | None = None
+    # Files this mount created in this directory (or moved into it) before S3 had them, by
+    # inode: the candidates ``CoreState.unsent_in`` checks, so that a listing keeps them
+    # without visiting every node held in the directory or every open file of the mount.
+    # None until the first (as ``recent``).
+    new_files: dict[int, Node] | None = None
 
     def name(self) -> str:
         return self.path.rpartition("/")[2]
@@ -332,13 +337,10 @@ class InodeTable:
     def at(self, path: str) -> Node | None:
         return self.by_path.get(path)
 
-    def children(self, path: str) -> list[Node]:
-        """The nodes of the entries directly in directory ``path`` that the table holds."""
-        return [self.by_path[sub] for sub in self._tree.children(path)]
-
-    def below(self, path: str) -> list[Node]:
-        """The nodes of every entry below directory ``path`` that the table holds."""
-        return [self.by_path[sub] for sub in self._tree.below(path)]
+    def iter_below(self, path: str) -> Iterator[Node]:
+        """The nodes of every entry below directory ``path`` that the table holds, one at a
+        time (a caller may stop early)."""
+        return (self.by_path[sub] for sub in self._tree.iter_below(path))
 
     def add(self, path: str, kind: Kind, mode: int, uid: int, gid: int) -> Node:
         node = Node(self._next, path, kind, mode, uid, gid)

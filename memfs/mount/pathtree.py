@@ -13,7 +13,7 @@ each it removes. Paths are ``/``-separated and relative, ``""`` the root (never 
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterator
 
 
 def parent_of(path: str) -> str:
@@ -60,21 +60,19 @@ class PathTree:
             del self._below[parent]
             path = parent
 
-    def children(self, path: str) -> list[str]:
-        """The paths held directly below ``path``: how many there are, not the table's size."""
-        return [sub for sub in self._below.get(path, ()) if sub in self._held]
-
     def below(self, path: str) -> list[str]:
         """Every path held below ``path`` (not ``path`` itself): the subtree's size, not the
         table's."""
-        found: list[str] = []
+        return list(self.iter_below(path))
+
+    def iter_below(self, path: str) -> Iterator[str]:
+        """``below``, one path at a time. The owner must not change while it is read."""
         todo = [path]
         while todo:
             for sub in self._below.get(todo.pop(), ()):
                 todo.append(sub)
                 if sub in self._held:
-                    found.append(sub)
-        return found
+                    yield sub
 
     def check_invariants(self, paths: list[str]) -> None:
         """``paths``: everything ``held`` holds."""

@@ -129,6 +129,8 @@ class Renames(Part):
         self.content.move(src_path, dst_path, tree=src.kind is Kind.DIR)
         self.listings.remove(src_parent.path, src_name)
         self.listings.add(dst_parent.path, src.name(), src)  # its new name
+        if src.kind is not Kind.DIR and self.handles.unsent(src):
+            self.state.note_unsent(dst_parent, src)  # (not uploaded: a transaction's file)
 
     async def _defer_move(self, src: Node, src_parent: Node, dst_parent: Node,
                           dst_path: str) -> None:
@@ -292,11 +294,8 @@ class Renames(Part):
         name once the directory had gone (docs/SEMANTICS.md, "A file and a directory of the same
         name"). An empty directory replaced goes as ``rmdir`` would, with the file it hid and the
         keys under it no entry shows."""
-        # Files open below it with changes S3 has not seen go up first, so the copies carry
-        # them; found through the nodes below it, not by walking every open file (F49).
-        for node in self.inodes.below(src.path):
-            of = self.handles.shared.get(node.inode)
-            if of is not None and of.node is node and (of.dirty or of.is_new):
+        for of in self.state.open_below(src.path):  # changes S3 has not seen: first
+            if of.dirty or of.is_new:
                 async with of.lock:
                     await self.uploader.upload(of)
         keys = await self._keys_to_move(src)

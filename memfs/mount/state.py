@@ -285,24 +285,59 @@ class CoreState:
     def check_total(self, delta_bytes: int) -> None:
         self.usage.check_add(delta_bytes)
 
-    def unsent_in(self, path: str) -> list[Node]:
-        """The files directly in directory ``path`` that this mount created and has not
-        uploaded yet: S3 does not hold them, so no LIST shows them.
+    def note_unsent(self, parent: Node, node: Node) -> None:
+        """``node``, a file S3 does not hold yet (created here, or moved here before its
+        upload), is now in directory ``parent``: its listings keep it (``unsent_in``)."""
+        if parent.new_files is None:
+            parent.new_files = {}
+        parent.new_files[node.inode] = node
 
-        Found through the nodes the inode table holds in the directory: a file held open is
-        held by the kernel too (it keeps the inode until RELEASE is answered, and release
-        answers after the upload), so it is in the table under its current path. Walking
-        every open state instead cost each listing and rmdir ~40 ns per state held anywhere
-        in the mount (fourteenth hostile review, F49)."""
-        return [node for node in self.inodes.children(path) if node.kind is not Kind.DIR
-                and any(of.is_new for of in self.handles.states_of(node))]
+    def unsent_in(self, dnode: Node) -> list[Node]:
+        """The files in directory ``dnode`` that this mount created and has not uploaded yet:
+        S3 does not hold them, so no LIST shows them.
+
+        Found among the directory's candidates (``Node.new_files``), each dropped once it is
+        uploaded, gone or moved away. Going through every open state of the mount instead cost
+        each listing and rmdir ~40 ns per state held anywhere (fourteenth hostile review, F49);
+        through every node held in the directory, ~1 µs per name the kernel still held after
+        a bucket writer deleted it (fifteenth, F53)."""
+        candidates = dnode.new_files
+        if not candidates:
+            return []
+        found: list[Node] = []
+        for inode, node in list(candidates.items()):
+            if (not node.detached and node.parent_path() == dnode.path
+                    and self.handles.unsent(node)):
+                found.append(node)
+            else:
+                del candidates[inode]
+        if not candidates:
+            dnode.new_files = None
+        return found
+
+    def open_below(self, path: str) -> list[OpenFile]:
+        """The shared states of the files open below directory ``path``: found through the
+        nodes the inode table holds below it or through the open files, whichever runs out
+        first — neither a directory of many names held nor many files open elsewhere makes
+        it dearer than the other (F49, F53)."""
+        shared = self.handles.shared
+        found: list[OpenFile] = []
+        for visited, node in enumerate(self.inodes.iter_below(path)):
+            if visited >= len(shared):  # more nodes below than files open: walk those
+                prefix = path + "/"
+                return [of for of in shared.values()
+                        if not of.node.detached and of.node.path.startswith(prefix)]
+            of = shared.get(node.inode)
+            if of is not None and of.node is node:
+                found.append(of)
+        return found
 
     def is_local(self, node: Node) -> bool:
         """True when this mount holds the authoritative state (a file not yet uploaded)."""
         of = self.handles.shared.get(node.inode)
         if of is not None and of.local:
             return True
-        return any(p.private and p.is_new for p in self.handles.on_node(node))
+        return self.handles.unsent(node)
 
     def is_current(self, of: OpenFile) -> bool:
         """May a new open share ``of``? Yes while it holds uncommitted writes (POSIX: readers
