@@ -30,6 +30,7 @@ from memfs.mount import kernelreadahead, sdnotify
 from memfs.mount.cachetrust import CacheRefused
 from memfs.mount.config import MountConfig
 from memfs.mount.fs import MemFS
+from memfs.mount.openfiles import raise_open_files_limit
 from memfs.mount.quota import Usage
 from memfs.mountinfo import is_mountpoint
 from memfs.private_dirs import open_log
@@ -197,6 +198,8 @@ def run(config: MountConfig) -> int:
         raise
     learn_endpoint(store, config)
 
+    # Before the core sizes other users' share of it (memfs.mount.openfiles).
+    log.info("open files limit: %d", raise_open_files_limit())
     try:
         fs = MemFS(store, config)
     except (CacheRefused, OSError) as exc:  # in use by another mount, or not private

@@ -57,6 +57,7 @@ class DataPath(Part):
     async def create(self, parent_inode: int, text: str, mode: int, flags: int,
                      ctx: Caller) -> tuple[Opened, Node]:
         parent = self.state.directory(parent_inode)
+        self.state.check_open_share(ctx)
         async with self.state.ns_locks.claim(dirs=[parent.path]):
             self.state.writable(child_path(parent.path, text))
             existing = await self.listings.resolve(parent, text, for_create=True)
@@ -113,6 +114,8 @@ class DataPath(Part):
         fh = self.handles.add(of, (ctx.pid, thread_group(ctx.pid)), append=append, direct=direct)
         if writing and ctx.uid != 0:
             self.handles.killpriv.add(fh)
+        if self.state.is_other_user(ctx):
+            self.handles.others.add(fh)
         # The kernel bounds cached reads by the size it was last given (``kernel_size``); a
         # commit or listing may have changed ours since without telling it. Then dropping its
         # cached attributes makes a read past that size ask getattr. When they agree the
@@ -129,6 +132,7 @@ class DataPath(Part):
         return await self._open(node, flags, ctx)
 
     async def _open(self, node: Node, flags: int, ctx: Caller) -> Opened:
+        self.state.check_open_share(ctx)
         writing = flags & os.O_ACCMODE != os.O_RDONLY
         if writing or flags & os.O_TRUNC:
             self.state.writable(node.path)

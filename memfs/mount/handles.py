@@ -104,6 +104,9 @@ class HandleTable:
     append: set[int] = field(default_factory=set)
     # Writable handles opened by someone other than root: a write clears set-user-ID/-group-ID.
     killpriv: set[int] = field(default_factory=set)
+    # Handles opened by users other than the mount's and root: their number is bounded by
+    # their share of the daemon's descriptors (``memfs.mount.openfiles``).
+    others: set[int] = field(default_factory=set)
     # Handles that bypass the kernel's page cache (direct_io; see DataPath._new_handle).
     direct: set[int] = field(default_factory=set)
     # Directory handles: the directory's inode, and the snapshot of its entries the first
@@ -155,6 +158,7 @@ class HandleTable:
         self.append.discard(fh)
         self.direct.discard(fh)
         self.killpriv.discard(fh)
+        self.others.discard(fh)
         of.handles -= 1
         return of
 
@@ -216,6 +220,7 @@ class HandleTable:
         assert self.append <= self.files.keys(), "append names a handle that is not open"
         assert self.direct <= self.files.keys(), "direct names a handle that is not open"
         assert self.killpriv <= self.files.keys(), "killpriv names a handle that is not open"
+        assert self.others <= self.files.keys(), "others names a handle that is not open"
         for fh, of in self.privates.items():
             assert self.files[fh] is of and of.private, f"privates[{fh}] is not its handle's"
         assert {fh: of for on in self._on.values() for fh, of in on.items()} == self.files, \

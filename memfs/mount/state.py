@@ -25,12 +25,14 @@ from typing import Any
 import trio
 
 from memfs import protocol
+from memfs.countedlog import CountedWarning
 from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.config import MountConfig
 from memfs.mount.diskcache import DiskCache, Entry
 from memfs.mount.handles import HandleTable, OpenFile
 from memfs.mount.moves import Moves
 from memfs.mount.nodes import ROOT_INODE, InodeTable, Kind, Node
+from memfs.mount.openfiles import open_files_limit, others_share
 from memfs.mount.pathlocks import PathLocks
 from memfs.mount.quota import Usage
 from memfs.mount.singleflight import SingleFlight
@@ -38,6 +40,9 @@ from memfs.s3.objectmeta import ObjectInfo, metadata_for
 from memfs.s3.store import Store
 
 log = logging.getLogger(__name__)
+
+# Opens refused past the other users' share (one user can try thousands a second).
+_others_refused = CountedWarning(log, "opens by other users refused past their share")
 
 KEY_MAX = 1024
 
@@ -242,9 +247,11 @@ class CoreState:
                 raise self.disk_error(exc) from None
 
     def disk_error(self, exc: OSError) -> OSError:
-        """A failure of the cache disk as the errno the caller sees (ENOSPC when full, else
-        EIO), with a log line: the kernel shows the caller only the errno."""
-        err = errno.ENOSPC if exc.errno in (errno.ENOSPC, errno.EDQUOT) else errno.EIO
+        """A failure of the cache disk as the errno the caller sees (ENOSPC when full, ENFILE
+        out of descriptors, else EIO), with a log line: the kernel shows the caller only the
+        errno."""
+        err = (errno.ENOSPC if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+               else errno.ENFILE if exc.errno in (errno.EMFILE, errno.ENFILE) else errno.EIO)
         log.error("cache disk %s: %s: answering %s", self.content.root, exc,
                   errno.errorcode[err])
         return fail(err)
@@ -281,6 +288,22 @@ class CoreState:
             return  # (the count below goes through every open state: only with --max-files)
         pending = sum(1 for of in self.handles.states() if of.is_new)
         self.usage.check_add(0, new_files=pending + 1)
+
+    def is_other_user(self, ctx: Caller) -> bool:
+        """Whether the caller is neither the mount's user nor root."""
+        return ctx.uid not in (0, self.config.uid)
+
+    def check_open_share(self, ctx: Caller) -> None:
+        """ENFILE for an open by a user other than the mount's and root once those users hold
+        their share of the daemon's descriptors (``memfs.mount.openfiles``): their opens fail,
+        never the mount user's."""
+        # (The limit is read each time: an operator may change it with prlimit(1).)
+        if self.is_other_user(ctx) and len(self.handles.others) >= others_share(
+                open_files_limit()):
+            _others_refused.report(
+                "open by uid %d refused (ENFILE): users other than the mount's hold %d files "
+                "open, their share of the daemon's descriptors", ctx.uid, len(self.handles.others))
+            raise fail(errno.ENFILE)
 
     def check_total(self, delta_bytes: int) -> None:
         self.usage.check_add(delta_bytes)

@@ -4,8 +4,10 @@ get in: by default (0600/0700) they do not; with ``--file-mode 0644 --dir-mode 0
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,3 +61,51 @@ def test_by_default_other_users_stay_out(open_dir: Path, mount_factory, s3) -> N
     assert oct(os.stat(m).st_mode & 0o777) == "0o700"
     out = as_nobody("cat", str(m / "team/policy.md"))
     assert out.returncode != 0 and "Permission denied" in out.stderr
+
+
+HOLD_OPEN = """
+import os, sys, time
+fds = []
+for path in sys.argv[1:]:
+    try:
+        fds.append(os.open(path, os.O_RDONLY))
+    except OSError as exc:
+        print(f"refused {exc.errno}", flush=True)
+        break
+print(f"held {len(fds)}", flush=True)
+time.sleep(60)
+"""
+
+
+def test_another_users_open_files_leave_the_owner_its_descriptors(open_dir: Path,
+                                                                  mount_factory, s3) -> None:
+    """Fifteenth hostile review, F51: with the daemon at systemd's soft limit, another user
+    holding ~1,000 readable files open made every agent's open and create fail with EIO (and
+    their closes lose written memories). Other users get a share of the daemon's descriptors
+    (half of what a reserve leaves); past it *their* opens answer ENFILE."""
+    for i in range(300):
+        s3.put_object(Bucket=BUCKET, Key=f"pub/f{i:03d}", Body=b"x")
+    s3.put_object(Bucket=BUCKET, Key="own.md", Body=b"mine")
+    m = mount_factory("", "--allow-other", "--umask", "022", mountpoint=open_dir)
+    daemon = mount_factory.mounts[-1].proc.pid
+    # A low limit, as systemd's 1,024 is to ~1,000 opens: the share is (300 - 256) // 2 = 22.
+    subprocess.run(["prlimit", "--pid", str(daemon), "--nofile=300:300"], check=True)
+    holder = subprocess.Popen(
+        ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", sys.executable,
+         "-c", HOLD_OPEN, *(str(m / f"pub/f{i:03d}") for i in range(300))],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        lines = [holder.stdout.readline().strip(), holder.stdout.readline().strip()]
+        assert lines == [f"refused {errno.ENFILE}", "held 22"], lines
+        for i in range(5):  # the mount's user (an agent) reads and writes as ever
+            assert (m / "own.md").read_bytes() == b"mine"
+            (m / f"agent-{i}.md").write_text(f"memory {i}\n")
+        for i in range(5):
+            body = s3.get_object(Bucket=BUCKET, Key=f"agent-{i}.md")["Body"].read()
+            assert body == f"memory {i}\n".encode()
+    finally:
+        holder.kill()
+        holder.wait()
+    out = as_nobody("cat", str(m / "pub/f000"))  # let go: theirs open again
+    assert out.returncode == 0 and out.stdout == "x", out.stderr
