@@ -18,7 +18,7 @@ import pytest
 from memfs.mount.blobs import Blob
 from memfs.mount.cachetrust import KEY, CacheUntrusted, md5_of_etag
 from memfs.mount.diskcache import RECORDS, DiskCache
-from memfs.private_dirs import private_dirs
+from memfs.private_dirs import open_log, private_dirs
 from memfs.s3.objectmeta import ObjectInfo
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
@@ -131,6 +131,23 @@ def test_private_dirs_makes_nothing_in_another_users_directory(tmp_path: Path) -
     (tmp_path / "ours").symlink_to(mine)
     private_dirs(tmp_path / "ours" / "memfs")
     assert (mine / "memfs").is_dir()
+
+
+def test_the_log_is_never_made_in_another_users_directory(tmp_path: Path) -> None:
+    """Fifteenth hostile review, F55: `--log-file DIR/d.log` with DIR a symlink another user
+    planted into a third user's directory made the log (root's, 0600) there."""
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o755)
+    os.chown(victim, 65534, 65534)
+    (tmp_path / "logs").symlink_to(victim)
+    with pytest.raises(PermissionError, match="belongs to uid 65534"):
+        open_log(tmp_path / "logs" / "d.log")
+    assert list(victim.iterdir()) == []
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    (tmp_path / "ours").symlink_to(mine)
+    os.close(open_log(tmp_path / "ours" / "d.log"))  # a symlink into ours is followed
+    assert stat.S_IMODE((mine / "d.log").stat().st_mode) == 0o600
 
 
 def test_a_readable_key_is_refused(tmp_path: Path) -> None:
