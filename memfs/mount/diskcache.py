@@ -29,14 +29,12 @@ Integrity (``cachetrust``): the tree must be private to the mount's user, or the
 it; records are sealed with a key only that user can read; an entry read back after a restart is
 checked once before its first use against the MD5 its ETag vouches for, else its sealed SHA-256
 (a crash mid-write, a full disk or someone editing the directory leave a file that does not
-match: it is discarded, never served); entries this process wrote are trusted. LRU-bounded
-by ``max_bytes`` (an entry's full size counts); an entry bigger than the bound is not kept. With
-``persistent`` off (``--cache-size 0``) nothing outlives the mount and the bound is
-``SESSION_BYTES``, as before the cache moved to disk.
+match: it is discarded, never served); entries this process wrote are trusted. LRU-bounded by
+``max_bytes`` (an entry's full size counts; a bigger one is not kept). With ``persistent`` off
+(``--cache-size 0``) nothing outlives the mount and the bound is ``SESSION_BYTES``.
 
-Lives on the trio thread, but for ``verify`` and ``persist`` (read files, append a record under
-``_records_lock``: the core runs them in a worker thread for big entries) and the records
-file's rewrite (``background``: a worker thread, in the mount).
+Lives on the trio thread, but for ``verify``/``persist`` (in a worker thread for big entries;
+records appended under ``_records_lock``) and the records file's rewrite (``background``).
 """
 
 from __future__ import annotations
@@ -44,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import itertools
 import json
 import logging
 import os
@@ -101,6 +100,7 @@ class Entry:
     info: ObjectInfo | None = None
     sha256: str | None = None  # set once persisted
     verified: bool = True  # False for entries read back from disk until checked
+    used: int = 0  # when it was last added or opened, in the cache's own count (LRU order)
 
 
 class DiskCache:
@@ -127,6 +127,7 @@ class DiskCache:
         self.objects = self.root / "objects"
         self.uploads = self.root / "uploads"
         self._items: OrderedDict[str, Entry] = OrderedDict()
+        self._uses = itertools.count()
         self._tree = PathTree(self._items)  # a directory's rename moves what is below it
         self._used = 0
         # Appends come from the trio thread and from persist() in worker threads; a rewrite
@@ -226,6 +227,7 @@ class DiskCache:
             return None
         entry.verified = True
         self._items.move_to_end(entry.path)
+        entry.used = next(self._uses)
         return blob
 
     # -- adding --------------------------------------------------------------------------------
@@ -377,8 +379,8 @@ class DiskCache:
 
     def move(self, old: str, new: str, *, tree: bool) -> None:
         """Follow a rename of ``old`` to ``new`` (``tree``: a directory, with all below it)."""
-        moved = [self._items[p] for p in [old, *(self._tree.below(old) if tree else ())]
-                 if p in self._items]
+        moved = sorted((self._items[p] for p in [old, *(self._tree.below(old) if tree else ())]
+                        if p in self._items), key=lambda e: e.used)  # (in LRU order, as they were)
         for entry in moved:
             self._drop(entry, remove_files=False)
             self.discard(target := new + entry.path[len(old):])
@@ -401,11 +403,11 @@ class DiskCache:
 
     def _add(self, entry: Entry) -> None:
         self._items[entry.path] = entry
+        entry.used = next(self._uses)
         self._tree.added(entry.path)
         self._used += entry.size
         while self._used > self.max_bytes and self._items:
-            # Least recently used first; an entry bigger than the whole bound (a lowered
-            # --cache-size at restart) goes too.
+            # Least recently used first (a bigger one than the bound, at restart, goes too).
             self._drop(next(iter(self._items.values())))
         if (self._records_fd >= 0 and self._appended is None
                 and self._record_lines > 2 * len(self._items) + COMPACT_SLACK):
