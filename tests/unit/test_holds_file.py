@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import builtins
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,17 +32,8 @@ def notifier_for(path: Path) -> KernelNotifier:
     return notifier
 
 
-def low_descriptor(fd: int) -> int:
-    """``fd`` moved to a free descriptor below ``HOLDER_FDS`` (the suite's process may hold
-    hundreds open)."""
-    for low in range(3, HOLDER_FDS):
-        try:
-            os.fstat(low)
-        except OSError:
-            os.dup2(fd, low)
-            os.close(fd)
-            return low
-    pytest.fail(f"no free descriptor below {HOLDER_FDS} in this process")
+HOLDER = ("import os, sys, time; print(os.open(sys.argv[1], os.O_RDONLY), flush=True);"
+          "time.sleep(60)")
 
 
 @pytest.fixture
@@ -53,19 +46,23 @@ def many_fds(tmp_path: Path):
 
 
 def test_a_holder_on_a_low_descriptor_is_found(tmp_path: Path) -> None:
+    """Another process (as at ``cmd > f``: the shell's child holds the file on stdout)."""
     target = tmp_path / "f"
     target.write_text("x")
     notifier = notifier_for(target)
     inode = target.stat().st_ino
-    assert not notifier.holds_file(os.getpid(), inode)
-    fd = low_descriptor(os.open(target, os.O_RDONLY))
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(target)], stdout=subprocess.PIPE,
+                             text=True)
     try:
-        assert notifier.holds_file(os.getpid(), inode)
-        assert not notifier.holds_file(os.getpid(), inode + 1)  # another file
+        assert child.stdout is not None
+        assert int(child.stdout.readline()) < HOLDER_FDS
+        assert notifier.holds_file(child.pid, inode)
+        assert not notifier.holds_file(child.pid, inode + 1)  # another file
     finally:
-        os.close(fd)
+        child.kill()
+        child.wait()
+    assert not notifier.holds_file(child.pid, inode)  # gone
     assert not notifier.holds_file(os.getpid(), inode)
-    assert not notifier.holds_file(2**22 + 12345, inode)  # no such process
 
 
 def test_a_flush_reads_no_more_than_the_low_descriptors(tmp_path: Path, many_fds,
