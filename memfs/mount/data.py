@@ -109,8 +109,7 @@ class DataPath(Part):
         # One exception: SQLite's WAL index (`*-shm`) must be mapped MAP_SHARED, and SQLite
         # never makes it a transaction; its writers keep the cache (see SQLITE_SHM).
         shm = writing and not of.private and of.node.name().endswith(SQLITE_SHM)
-        direct = (writing and not shm) or of.private or any(
-            other is not of for other in self.handles.on_node(of.node))
+        direct = (writing and not shm) or of.private or self.handles.others_open(of)
         fh = self.handles.add(of, (ctx.pid, thread_group(ctx.pid)), append=append, direct=direct)
         if writing and ctx.uid != 0:
             self.handles.killpriv.add(fh)

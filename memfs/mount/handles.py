@@ -14,6 +14,7 @@ state (load, upload, truncate); see docs/INTERNALS.md for the lock order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -115,11 +116,17 @@ class HandleTable:
     # (the memory handler pins its root so on every command) must not cost a LIST or a
     # metadata read per entry.
     dirs: dict[int, tuple[int, DirSnapshot | None]] = field(default_factory=dict)
-    # ``files`` by the inode of the node each state is of: a listing asks of every entry
-    # whether this mount holds it unsent (``CoreState.is_local``), and every open whether
-    # other handles hold its node; each went through every handle open in the mount (16,000
-    # rewrites held open: 6 s of trio CPU for one `ls -l` of 2,000, twelfth review, F42/F43).
-    _on: dict[int, dict[int, OpenFile]] = field(default_factory=dict)
+    # The distinct states the handles on each inode use, with how many handles use each: a
+    # listing asks of every entry whether this mount holds it unsent, and every open whether
+    # other states are open on its node; each went through every handle open in the mount
+    # (16,000 rewrites held open: 6 s of trio CPU for one `ls -l` of 2,000, twelfth review,
+    # F42/F43), then through every handle on the node (another user's 100,000 read-only opens
+    # of one file: 15 ms per listing of its directory, fifteenth review, F54).
+    _states_on: dict[int, dict[OpenFile, int]] = field(default_factory=dict)
+    # The handles on each inode by the thread, and by the process, that opened them: xattr
+    # calls carry no handle, and find the caller's among its own (``caller_handle``).
+    _by_thread: dict[tuple[int, int], set[int]] = field(default_factory=dict)
+    _by_process: dict[tuple[int, int], set[int]] = field(default_factory=dict)
     # The private states made new (a transaction on a file not uploaded yet), by inode then
     # handle: ``unsent`` answers without visiting a node's other handles (another user's
     # 16,000 read-only opens of it, fifteenth hostile review, F54). An entry whose state has
@@ -139,6 +146,9 @@ class HandleTable:
         of.handles += 1
         self.set_state(fh, of)
         self.owner[fh] = owner
+        tid, group = owner
+        self._by_thread.setdefault((of.node.inode, tid), set()).add(fh)
+        self._by_process.setdefault((of.node.inode, group), set()).add(fh)
         if append:
             self.append.add(fh)
         return fh
@@ -147,10 +157,13 @@ class HandleTable:
         """Forget handle ``fh``; returns its state with ``handles`` already decremented."""
         of = self.files.pop(fh)
         self.privates.pop(fh, None)
-        on = self._on[of.node.inode]
-        del on[fh]
-        if not on:
-            del self._on[of.node.inode]
+        self._unuse(of)
+        tid, group = self.owner[fh]
+        for index, key in ((self._by_thread, (of.node.inode, tid)),
+                           (self._by_process, (of.node.inode, group))):
+            index[key].discard(fh)
+            if not index[key]:
+                del index[key]
         new = self._new_private.get(of.node.inode)
         if new is not None and new.pop(fh, None) is not None and not new:
             del self._new_private[of.node.inode]
@@ -169,29 +182,48 @@ class HandleTable:
     def set_state(self, fh: int, of: OpenFile) -> None:
         """Handle ``fh`` now uses ``of`` (a new handle's state, or a transaction's private
         copy of the same node's)."""
+        old = self.files.get(fh)
+        if old is not None:
+            self._unuse(old)
         self.files[fh] = of
         if of.private:
             self.privates[fh] = of
-        self._on.setdefault(of.node.inode, {})[fh] = of
+        on = self._states_on.setdefault(of.node.inode, {})
+        on[of] = on.get(of, 0) + 1
         if of.private and of.is_new:
             self._new_private.setdefault(of.node.inode, {})[fh] = of
 
-    def handles_on(self, inode: int) -> list[int]:
-        """The file handles open on the inode's node."""
-        return list(self._on.get(inode, ()))
+    def _unuse(self, of: OpenFile) -> None:
+        """One handle on ``of``'s node no longer uses ``of``."""
+        on = self._states_on[of.node.inode]
+        on[of] -= 1
+        if not on[of]:
+            del on[of]
+            if not on:
+                del self._states_on[of.node.inode]
 
-    def on_node(self, node: Node) -> list[OpenFile]:
-        """The states of the handles open on ``node`` (found by its inode, not by a scan)."""
-        return [of for of in self._on.get(node.inode, {}).values() if of.node is node]
+    def others_open(self, of: OpenFile) -> bool:
+        """Whether handles on ``of``'s node use a state other than ``of``."""
+        on = self._states_on.get(of.node.inode, {})
+        return len(on) > (1 if of in on else 0)
 
     def states_of(self, node: Node) -> list[OpenFile]:
         """Every open state of ``node``, as ``states`` holds them: its handles' and its shared
         one (which outlives its last handle while it uploads at release)."""
-        found = {id(of): of for of in self.on_node(node)}
+        found = [of for of in self._states_on.get(node.inode, ()) if of.node is node]
         shared = self.shared.get(node.inode)
-        if shared is not None and shared.node is node:
-            found.setdefault(id(shared), shared)
-        return list(found.values())
+        if shared is not None and shared.node is node and shared not in found:
+            found.append(shared)
+        return found
+
+    def caller_handle(self, inode: int, tid: int, group: Callable[[], int]) -> int | None:
+        """The caller's latest handle on ``inode``: opened by its thread ``tid`` if there is
+        one (agents in threads of one process each have their own), else by its process
+        (``group()``, read only then: a stat of /proc)."""
+        mine = self._by_thread.get((inode, tid))
+        if not mine and inode in self._states_on:
+            mine = self._by_process.get((inode, group()))
+        return max(mine) if mine else None
 
     def unsent(self, node: Node) -> bool:
         """Whether a state open on ``node`` holds it as a file S3 has not seen yet (created
@@ -223,10 +255,18 @@ class HandleTable:
         assert self.others <= self.files.keys(), "others names a handle that is not open"
         for fh, of in self.privates.items():
             assert self.files[fh] is of and of.private, f"privates[{fh}] is not its handle's"
-        assert {fh: of for on in self._on.values() for fh, of in on.items()} == self.files, \
-            "the index by inode is not the handles' states"
-        assert all(on and all(of.node.inode == i for of in on.values())
-                   for i, on in self._on.items()), "the index by inode is not by inode"
+        uses: dict[int, dict[OpenFile, int]] = {}
+        threads: dict[tuple[int, int], set[int]] = {}
+        processes: dict[tuple[int, int], set[int]] = {}
+        for fh, of in self.files.items():
+            on = uses.setdefault(of.node.inode, {})
+            on[of] = on.get(of, 0) + 1
+            tid, group = self.owner[fh]
+            threads.setdefault((of.node.inode, tid), set()).add(fh)
+            processes.setdefault((of.node.inode, group), set()).add(fh)
+        assert uses == self._states_on, "the states by inode are not the handles'"
+        assert threads == self._by_thread and processes == self._by_process, \
+            "the handles by opener are not the handles'"
         assert all(new and all(self.privates.get(fh) is of for fh, of in new.items())
                    for new in self._new_private.values()), "a new private state not open"
         assert all(fh in self._new_private.get(of.node.inode, ())

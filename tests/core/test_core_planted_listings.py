@@ -22,7 +22,7 @@ from memfs.countedlog import CountedWarning
 from memfs.mount import dirhandles, hiddenkeys, listings, namespace, rename
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
-from memfs.mount.nodes import ROOT_INODE, DirCache, Kind
+from memfs.mount.nodes import ROOT_INODE, DirCache, Kind, Node
 from memfs.mount.state import Caller
 from memfs.protocol import XATTR_LISTING_CUT
 from tests.core.test_core_big_dirs import ME
@@ -845,6 +845,19 @@ def test_a_listing_does_not_walk_every_open_handle_per_entry() -> None:
     trio.run(main)
 
 
+async def held_by_another_process(core: MemFSCore, handles: int) -> tuple[Node, Node]:
+    """``big`` and ``big/f00000``, which another process (init's pid: its thread group is
+    itself) now holds open ``handles`` times, read-only."""
+    other = Caller(0, 0, 1)
+    big = await core.lookup(ROOT_INODE, "big")
+    assert big is not None
+    f = await core.lookup(big.inode, "f00000")
+    assert f is not None
+    for _ in range(handles):
+        await core.open(f.inode, os.O_RDONLY, other)
+    return big, f
+
+
 def test_finding_the_callers_handle_reads_its_thread_group_once(monkeypatch) -> None:
     """Fourteenth hostile review, F48: a getxattr on a file another process held open 16,000
     times read the caller's thread group from /proc once per handle: 40 ms a call."""
@@ -854,15 +867,9 @@ def test_finding_the_callers_handle_reads_its_thread_group_once(monkeypatch) -> 
     real = transactions.thread_group
     monkeypatch.setattr(transactions, "thread_group", lambda tid: reads.append(tid) or real(tid))
     core = core_over_files(1)
-    other = Caller(0, 0, 1)  # another process (init's pid: its thread group is itself)
 
     async def main() -> None:
-        big = await core.lookup(ROOT_INODE, "big")
-        assert big is not None
-        f = await core.lookup(big.inode, "f00000")
-        assert f is not None
-        for _ in range(300):
-            await core.open(f.inode, os.O_RDONLY, other)
+        _big, f = await held_by_another_process(core, 300)
         for _ in range(10):
             with pytest.raises(OSError):
                 await core.getxattr(f.inode, "user.memfs.agent", ME.pid)
@@ -945,6 +952,57 @@ def test_a_listing_does_not_visit_the_names_held_that_s3_no_longer_has() -> None
         # The candidate, and each entry shown (is it this mount's unsent?); before: 2,001 nodes
         assert new.inode in asked and len(asked) <= 6 + 5, len(asked)
         await core.release(opened.fh)
+        core.check_invariants()
+
+    trio.run(main)
+
+
+class CountingOwners(dict):
+    """``HandleTable.owner``, counting the handles looked at."""
+
+    reads = 0
+
+    def __getitem__(self, key):  # type: ignore[no-untyped-def]
+        self.reads += 1
+        return super().__getitem__(key)
+
+    def __contains__(self, key) -> bool:  # type: ignore[no-untyped-def]
+        self.reads += 1
+        return super().__contains__(key)
+
+
+def test_handles_another_process_holds_on_one_file_cost_nothing_per_command() -> None:
+    """Fifteenth hostile review, F54: with another process holding a file open many times,
+    every open of it, every listing of its directory and every getxattr user.memfs.agent on
+    it went through all those handles (15 ms per listing at 100,000). Read-only handles share
+    one state: what a command looks at is the states, and the caller's own handles."""
+    core = core_over_files(20, ttl=TTL)
+
+    async def main() -> None:
+        big, f = await held_by_another_process(core, 500)
+        shared = core.handles.shared[f.inode]
+        looked: list[str] = []
+
+        class Counting(type(shared)):  # type: ignore[misc]
+            def __getattribute__(self, name: str):  # type: ignore[no-untyped-def]
+                looked.append(name)
+                return super().__getattribute__(name)
+
+        shared.__class__ = Counting
+        core.handles.owner = owners = CountingOwners(core.handles.owner)
+        for _ in range(10):  # an agent's cat, and its xattr with no handle of its own
+            opened = await core.open(f.inode, os.O_RDONLY, ME)
+            await core.release(opened.fh)
+            with pytest.raises(OSError):
+                await core.getxattr(f.inode, "user.memfs.agent", ME.pid)
+        await trio.sleep(TTL * 2)
+        for _ in range(3):  # listings of its directory (before: the handles, per entry)
+            big.listing = None
+            fh = await core.opendir(big.inode)
+            assert len(await core.dir_entries(fh)) == 22
+            core.releasedir(fh)
+        assert len(looked) < 500 and owners.reads < 100, (len(looked), owners.reads)
+        shared.__class__ = Counting.__bases__[0]
         core.check_invariants()
 
     trio.run(main)
