@@ -340,6 +340,7 @@ class DataPath(Part):
         finally:
             if self.handles.shared.get(of.node.inode) is of:
                 del self.handles.shared[of.node.inode]
+            self.state.settle(of.node)
 
     async def setattr(self, inode: int, change: AttrChange, fh: int | None) -> Node:
         node = self.state.node(inode)

@@ -129,8 +129,10 @@ class Renames(Part):
         self.content.move(src_path, dst_path, tree=src.kind is Kind.DIR)
         self.listings.remove(src_parent.path, src_name)
         self.listings.add(dst_parent.path, src.name(), src)  # its new name
-        if src.kind is not Kind.DIR and self.handles.unsent(src):
-            self.state.note_unsent(dst_parent, src)  # (not uploaded: a transaction's file)
+        if src.kind is not Kind.DIR:
+            self.state.settle(src, src_parent)  # (no longer in it)
+            if self.handles.unsent(src):
+                self.state.note_unsent(dst_parent, src)  # (not uploaded: a transaction's file)
 
     async def _defer_move(self, src: Node, src_parent: Node, dst_parent: Node,
                           dst_path: str) -> None:

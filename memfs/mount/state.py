@@ -315,6 +315,22 @@ class CoreState:
             parent.new_files = {}
         parent.new_files[node.inode] = node
 
+    def settle(self, node: Node, parent: Node | None = None) -> None:
+        """``node`` may no longer be a file S3 lacks in its directory (uploaded, released
+        after an unlink or a discard) or has moved out of ``parent``: the directory drops it
+        from its candidates now, unless it still is one there — not at the directory's next
+        listing (one nobody lists kept every file created in it, after upload or unlink:
+        sixteenth hostile review, F56)."""
+        parent = parent or self.inodes.at(node.parent_path())
+        if parent is None or not parent.new_files or parent.new_files.get(node.inode) is not node:
+            return
+        if (not node.detached and node.parent_path() == parent.path
+                and self.handles.unsent(node)):
+            return  # still one (a transaction's copy is not uploaded yet)
+        del parent.new_files[node.inode]
+        if not parent.new_files:
+            parent.new_files = None
+
     def unsent_in(self, dnode: Node) -> list[Node]:
         """The files in directory ``dnode`` that this mount created and has not uploaded yet:
         S3 does not hold them, so no LIST shows them.

@@ -1006,3 +1006,31 @@ def test_handles_another_process_holds_on_one_file_cost_nothing_per_command() ->
         core.check_invariants()
 
     trio.run(main)
+
+
+def test_a_directory_lets_go_of_its_new_files_once_uploaded_or_removed() -> None:
+    """The candidates a listing checks for files not uploaded yet (F53) are dropped at upload,
+    and at the close of one removed first: a directory nobody lists kept every file ever
+    created in it (sixteenth hostile review, F56)."""
+    core = core_over_files(0)
+
+    async def main() -> None:
+        work = await core.mkdir(ROOT_INODE, "work", 0o755, ME)
+        held, _ = await core.create(work.inode, "held.md", 0o644, os.O_WRONLY, ME)
+        for i in range(50):
+            opened, _ = await core.create(work.inode, f"n{i}.md", 0o644, os.O_WRONLY, ME)
+            await core.write(opened.fh, 0, b"x")
+            await core.flush(opened.fh)
+            await core.release(opened.fh)
+        assert work.new_files is not None and len(work.new_files) == 1  # held.md: not uploaded
+        await core.release(held.fh)
+        assert work.new_files is None
+        for i in range(50):  # created, written, removed before its close (a temporary file)
+            opened, _ = await core.create(work.inode, f"t{i}.tmp", 0o644, os.O_WRONLY, ME)
+            await core.write(opened.fh, 0, b"x")
+            await core.unlink(work.inode, f"t{i}.tmp")
+            await core.release(opened.fh)
+        assert work.new_files is None  # (sixteenth hostile review, F56: 16,000 kept, +11 MB)
+        core.check_invariants()
+
+    trio.run(main)
