@@ -113,10 +113,20 @@ class Renames(Part):
             if dst is not None and dst.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
             self.state.check_key(dst_path)
-            if dst is None and src_parent is not dst_parent and self.state.nursery is not None:
+            await self._upload_before_move(src)
+            # A transaction's new file: S3 holds nothing to copy (the COPY failed ENOENT, or the
+            # deferred one logged a false "S3 keeps the source", seventeenth hostile review,
+            # F58). Only its name moves (what it replaces goes); its fsync uploads there.
+            unsent = self.handles.unsent(src)
+            if (not unsent and dst is None and src_parent is not dst_parent
+                    and self.state.nursery is not None):
                 await self._defer_move(src, src_parent, dst_parent, dst_path)
                 return
-            await self._rename_file(src, dst_path, replacing=dst is not None)
+            if unsent:
+                if dst is not None:
+                    await self.state.s3(self.store.delete, dst.path)
+            else:
+                await self._rename_file(src, dst_path, replacing=dst is not None)
             if dst is not None:
                 self.state.usage.removed(dst.size)
         self._moved(src, src_parent, dst_parent, dst_path)
