@@ -113,18 +113,16 @@ class Renames(Part):
             if dst is not None and dst.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
             self.state.check_key(dst_path)
-            await self._upload_before_move(src)
-            # A transaction's new file: S3 holds nothing to copy (the COPY failed ENOENT, or the
-            # deferred one logged a false "S3 keeps the source", seventeenth hostile review,
-            # F58). Only its name moves (what it replaces goes); its fsync uploads there.
-            unsent = self.handles.unsent(src)
-            if (not unsent and dst is None and src_parent is not dst_parent
-                    and self.state.nursery is not None):
-                await self._defer_move(src, src_parent, dst_parent, dst_path)
-                return
-            if unsent:
+            await self._upload_before_move(src)  # (once, for every way below)
+            if self.handles.unsent(src):
+                # A transaction's new file: S3 holds nothing to copy (the COPY failed ENOENT,
+                # or the deferred one logged a false "S3 keeps the source", seventeenth hostile
+                # review, F58). Only its name moves (what it replaces goes); fsync uploads there.
                 if dst is not None:
                     await self.state.s3(self.store.delete, dst.path)
+            elif dst is None and src_parent is not dst_parent and self.state.nursery is not None:
+                await self._defer_move(src, src_parent, dst_parent, dst_path)
+                return
             else:
                 await self._rename_file(src, dst_path, replacing=dst is not None)
             if dst is not None:
@@ -146,10 +144,10 @@ class Renames(Part):
 
     async def _defer_move(self, src: Node, src_parent: Node, dst_parent: Node,
                           dst_path: str) -> None:
-        """A file renamed into another directory: the namespace shows it now, S3 follows in
-        the background (``moves`` says why and what keeps it safe)."""
+        """A file renamed into another directory (what its writers held uploaded already): the
+        namespace shows it now, S3 follows in the background (``moves`` says why and what
+        keeps it safe)."""
         await self.moves.room()
-        await self._upload_before_move(src)
         assert self.state.nursery is not None
         move = self.moves.begin(src.path, dst_path)
         self._moved(src, src_parent, dst_parent, dst_path)
@@ -217,8 +215,8 @@ class Renames(Part):
                     await self.uploader.upload(of)
 
     async def _rename_file(self, src: Node, dst_path: str, *, replacing: bool) -> None:
-        """COPY to the new key, then DELETE the old one (S3 has no rename)."""
-        await self._upload_before_move(src)
+        """COPY to the new key, then DELETE the old one (S3 has no rename); the caller has
+        uploaded what writers of ``src`` held."""
         new_etag, copied = await self._copy_for_rename(src, src.path, dst_path, src.etag)
         try:
             await self.state.s3(self.store.delete, src.path)

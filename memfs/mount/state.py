@@ -316,17 +316,15 @@ class CoreState:
         parent.new_files[node.inode] = node
 
     def settle(self, node: Node, parent: Node | None = None) -> None:
-        """``node`` may no longer be a file S3 lacks in its directory (uploaded, released
-        after an unlink or a discard) or has moved out of ``parent``: the directory drops it
-        from its candidates now, unless it still is one there — not at the directory's next
-        listing (one nobody lists kept every file created in it, after upload or unlink:
-        sixteenth hostile review, F56)."""
+        """``node``'s last handle is released (uploaded, or unlinked, or discarded) or it has
+        moved out of ``parent``: the directory drops it from its candidates now, unless it
+        still is one there — not at the directory's next listing (one nobody lists kept every
+        file created in it, after upload or unlink: sixteenth hostile review, F56)."""
         parent = parent or self.inodes.at(node.parent_path())
         if parent is None or not parent.new_files or parent.new_files.get(node.inode) is not node:
             return
-        if (not node.detached and node.parent_path() == parent.path
-                and self.handles.unsent(node)):
-            return  # still one (a transaction's copy is not uploaded yet)
+        if self._unsent_here(node, parent):
+            return
         del parent.new_files[node.inode]
         if not parent.new_files:
             parent.new_files = None
@@ -345,14 +343,18 @@ class CoreState:
             return []
         found: list[Node] = []
         for inode, node in list(candidates.items()):
-            if (not node.detached and node.parent_path() == dnode.path
-                    and self.handles.unsent(node)):
+            if self._unsent_here(node, dnode):
                 found.append(node)
             else:
                 del candidates[inode]
         if not candidates:
             dnode.new_files = None
         return found
+
+    def _unsent_here(self, node: Node, dnode: Node) -> bool:
+        """Whether ``node`` still is a file of directory ``dnode`` that S3 does not hold."""
+        return (not node.detached and node.parent_path() == dnode.path
+                and self.handles.unsent(node))
 
     def open_below(self, path: str) -> list[OpenFile]:
         """The shared states of the files open below directory ``path``: found through the

@@ -148,7 +148,6 @@ class Uploader(Part):
         self.state.keep(path, body, info)
         if not node.detached and node.path == path:
             self.listings.add(node.parent_path(), node.name(), node)
-            self.state.settle(node)
 
     async def _send(self, path: str, body: Blob, metadata: dict[str, str], *,
                     if_match: str | None, if_none_match: bool) -> str:
