@@ -36,6 +36,7 @@ from memfs.mount.openfiles import open_files_limit, others_share
 from memfs.mount.pathlocks import PathLocks
 from memfs.mount.quota import Usage
 from memfs.mount.singleflight import SingleFlight
+from memfs.mount.watchers import Watchers
 from memfs.s3.objectmeta import ObjectInfo, metadata_for
 from memfs.s3.store import Store
 
@@ -156,6 +157,9 @@ class CoreState:
         self.config = config
         self.ttl = config.metadata_ttl
         self.kernel = kernel or Kernel()
+        # Remote changes reported to the kernel's watchers (inotify) once the core has applied
+        # them (``memfs.mount.watchers``).
+        self.watchers = Watchers()
         self.limiter = trio.CapacityLimiter(config.max_connections)
         root = Node(ROOT_INODE, "", Kind.DIR, stat.S_IFDIR | config.default_dir_mode,
                     config.uid, config.gid, nlookup=1, meta_known=True)
