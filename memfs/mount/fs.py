@@ -84,7 +84,10 @@ def caller(ctx: Any) -> Caller:
 
 
 def entry_attributes(node: Node, ttl: float, limit: int | None = None,
-                     owner: tuple[int, int] | None = None) -> pyfuse3.EntryAttributes:
+                     owner: tuple[int, int] | None = None,
+                     size: int | None = None) -> pyfuse3.EntryAttributes:
+    """The attributes the kernel is given for ``node``; ``size`` (when given) is the one it
+    must hold instead of the node's (``HandleTable.page_cache_size``)."""
     a = pyfuse3.EntryAttributes()
     a.st_ino = node.inode
     a.generation = 0
@@ -96,7 +99,8 @@ def entry_attributes(node: Node, ttl: float, limit: int | None = None,
     a.st_rdev = node.rdev
     # Directories report 4,096 bytes like ext4 and s3fs-fuse, so tools that print sizes
     # (the memory tool's directory view among them) show the same on every filesystem.
-    a.st_size = node.kernel_size = 4096 if node.kind is Kind.DIR else node.size
+    a.st_size = node.kernel_size = 4096 if node.kind is Kind.DIR else (
+        node.size if size is None else size)
     # The "preferred I/O size": cp, dd's defaults, stdio and Python's open() size their
     # buffers by it, and each write(2) of a file opened without the kernel's write-back cache
     # is one FUSE request, a round trip to this daemon. 4 KiB (ext4's) made cp send 128 KiB
@@ -225,7 +229,8 @@ class MemFS(pyfuse3.Operations):
         return await self.core.flush_all()
 
     def _attrs(self, node: Node) -> pyfuse3.EntryAttributes:
-        return entry_attributes(node, self.ttl, self.mode_limit, self.owner_fallback)
+        return entry_attributes(node, self.ttl, self.mode_limit, self.owner_fallback,
+                                self.core.handles.page_cache_size(node.inode))
 
     # -- names and attributes ----------------------------------------------------------------
 
@@ -262,7 +267,7 @@ class MemFS(pyfuse3.Operations):
     async def getattr(self, inode: int, ctx=None) -> pyfuse3.EntryAttributes:
         node, cacheable = await self.core.getattr(inode)
         return entry_attributes(node, self.ttl if cacheable else 0, self.mode_limit,
-                                self.owner_fallback)
+                                self.owner_fallback, self.core.handles.page_cache_size(inode))
 
     @fuse_op
     async def setattr(self, inode: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:
@@ -328,7 +333,8 @@ class MemFS(pyfuse3.Operations):
             # An entry whose metadata was not read (past the handle's budget) is the LIST's
             # guess: timeouts of 0 make the kernel look it up before any use.
             attrs = entry_attributes(node, 0 if self.core.provisional(node) else self.ttl,
-                                     self.mode_limit, self.owner_fallback)
+                                     self.mode_limit, self.owner_fallback,
+                                     self.core.handles.page_cache_size(node.inode))
             if not pyfuse3.readdir_reply(token, name.encode(), attrs, i + 1):
                 break
             if i >= 2:  # '.' and '..' do not count as lookups

@@ -132,6 +132,10 @@ class HandleTable:
     # 16,000 read-only opens of it, fifteenth hostile review, F54). An entry whose state has
     # been uploaded since is dropped when found (``is_new`` never comes back).
     _new_private: dict[int, dict[int, OpenFile]] = field(default_factory=dict)
+    # The handles that read through the kernel's page cache (not ``direct``), by inode, with
+    # the state each opened on: the size the kernel holds for an inode bounds their reads
+    # (``page_cache_size``).
+    _cached_on: dict[int, dict[int, OpenFile]] = field(default_factory=dict)
     _next_fh: int = 1
 
     def new_fh(self) -> int:
@@ -143,6 +147,8 @@ class HandleTable:
         fh = self.new_fh()
         if direct:
             self.direct.add(fh)
+        else:
+            self._cached_on.setdefault(of.node.inode, {})[fh] = of
         of.handles += 1
         self.set_state(fh, of)
         self.owner[fh] = owner
@@ -170,6 +176,9 @@ class HandleTable:
         self.owner.pop(fh, None)
         self.append.discard(fh)
         self.direct.discard(fh)
+        cached = self._cached_on.get(of.node.inode)
+        if cached is not None and cached.pop(fh, None) is not None and not cached:
+            del self._cached_on[of.node.inode]
         self.killpriv.discard(fh)
         self.others.discard(fh)
         of.handles -= 1
@@ -201,6 +210,23 @@ class HandleTable:
             del on[of]
             if not on:
                 del self._states_on[of.node.inode]
+
+    def page_cache_size(self, inode: int) -> int | None:
+        """The size of the version the inode's page-cache handles read, while any are open.
+
+        Trap: the kernel keeps one size per inode and bounds every read through its page cache
+        (and every ``mmap``) by it, while memfs lets handles of one inode read different
+        versions: a handle still reading version A of a file that another mount replaced by B
+        got its reads cut at B's size, or padded with zeros up to it (a torn read across
+        mounts, issue 50). Handles on a newer version are ``direct`` (``DataPath._new_handle``)
+        and not bounded by it; so the kernel is told A's size until A's last page-cache handle
+        closes, then B's (the next open sees the sizes differ and makes the kernel ask).
+        """
+        cached = self._cached_on.get(inode)
+        if not cached:
+            return None
+        of = next(iter(cached.values()))
+        return of.body.size if of.body is not None else None
 
     def others_open(self, of: OpenFile) -> bool:
         """Whether handles on ``of``'s node use a state other than ``of``."""

@@ -14,7 +14,11 @@ Scenarios (``python -m tests.support.reliability_run [SCENARIO ...]``, default a
 * ``load`` — 8 agents x 250 commands on one mount, and across two mounts;
 * ``storm`` — 4 agents on two mounts editing the same two files (designed conflicts);
 * ``crash`` — ``kill -9`` of the daemon during heavy writes (3 rounds), then a SIGTERM round
-  with a file held open.
+  with a file held open;
+* ``versions`` — 60 s (``--quick``: 15) of writers on two mounts replacing and overwriting
+  files of 40 B to two parts with self-checking versions while readers on both read them
+  through ``read(2)``, ``mmap`` and ``view`` (:mod:`tests.support.versions`): a read that is
+  not exactly one version is a torn read (target 0; issue 50).
 
 Big files (``--big-mib``, default 64; ``--quick``: 12 with ``--part-size 5M``; 0: none) are
 written through the same mounts at the same time, with the workloads and checks of
@@ -95,10 +99,11 @@ from tests.support.s3proxy import (
     S3Proxy,
 )
 from tests.support.s3server import atomic_conditional_writes, moto_server
+from tests.support.versions import Storm, sizes_for
 
 BUCKET = "memfs-reliability"
 REGION = "us-east-1"
-SCENARIOS = ("faults", "sweep", "load", "storm", "crash")
+SCENARIOS = ("faults", "sweep", "load", "storm", "crash", "versions")
 
 
 @dataclass(frozen=True)
@@ -416,6 +421,22 @@ def scenario_storm(lab: Lab, opts: Options) -> dict[str, Any]:
     return out
 
 
+def scenario_versions(lab: Lab, opts: Options) -> dict[str, Any]:
+    """Two mounts (--part-size 5M), writers and readers on both (tests.support.versions)."""
+    out = {}
+    for ttl in ("1", "0"):
+        lab.fresh_bucket()
+        a, pa = lab.mount("--part-size", "5M", "--metadata-ttl", ttl)
+        b, pb = lab.mount("--part-size", "5M", "--metadata-ttl", ttl)
+        storm = Storm([a, b], files=2, sizes=sizes_for(5 * MIB), same_mount_overwrite=False)
+        tally = storm.run(15 if opts.quick else 60, readers=3)
+        out[f"2 mounts, ttl {ttl}"] = {**tally.as_dict(),
+                                       "peak_rss_kb": [vm_hwm_kb(pa.pid), vm_hwm_kb(pb.pid)],
+                                       "clean_unmounts": [lab.unmount_cleanly(a),
+                                                          lab.unmount_cleanly(b)]}
+    return out
+
+
 def _sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -539,12 +560,18 @@ def scenario_crash(lab: Lab, opts: Options) -> dict[str, Any]:
 
 RUNNERS: dict[str, Callable[[Lab, Options], dict[str, Any]]] = {
     "faults": scenario_faults, "sweep": scenario_sweep, "load": scenario_load,
-    "storm": scenario_storm, "crash": scenario_crash,
+    "storm": scenario_storm, "crash": scenario_crash, "versions": scenario_versions,
 }
 
 
 def _rows(name: str, result: dict[str, Any]) -> Iterator[list[str]]:
     for label, r in result.items():
+        if name == "versions":
+            yield [name, label, f"{sum(r['reads'].values())} reads, "
+                   f"{sum(r['writes'].values())} writes", str(sum(r["errors"].values())), "-",
+                   "-", f"{r['torn']} torn reads",
+                   "/".join(str(x // 1024) for x in r["peak_rss_kb"]), "-"]
+            continue
         if name == "crash":
             if label == "sigterm":
                 yield [name, "SIGTERM, file held open", "-", f"exit {r['exit']}", "-", "-",
