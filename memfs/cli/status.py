@@ -189,6 +189,9 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         for st in statuses:  # what the endpoint does not enforce, and what memfs does instead
             for line in endpoint_notes(st):
                 ctx.say(f"{st['mountpoint']}: endpoint: {line}")
+            if damaged := st.get("cache", {}).get("damaged"):
+                ctx.say(f"{st['mountpoint']}: {damaged:,} reads found a cached block damaged on "
+                        "disk: served from S3 instead (the daemon's log names the files)")
             if st.get("invalid_metadata"):
                 ctx.say(f"{st['mountpoint']}: {st['invalid_metadata']:,} objects read with "
                         "invalid metadata, ignored (the daemon's log names the first)")

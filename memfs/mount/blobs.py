@@ -25,6 +25,7 @@ import weakref
 from bisect import bisect_left
 from pathlib import Path
 
+from memfs.mount.blocksums import BlockSums
 from memfs.mount.prefixdigest import PrefixDigest
 
 #: How much one copy, hash or read-all step moves at a time: bounds memory per call.
@@ -115,7 +116,8 @@ class Blob:
     """
 
     def __init__(self, fd: int, path: Path, size: int, present: Ranges, etag: str | None,
-                 *, owned: bool, digest: PrefixDigest | None = None) -> None:
+                 *, owned: bool, digest: PrefixDigest | None = None,
+                 sums: BlockSums | None = None) -> None:
         self.fd = fd
         self.path = path
         self.size = size
@@ -127,6 +129,9 @@ class Blob:
         # The SHA-256 of what was written in order from the start, taken meanwhile (a staged
         # file that will go up as one signed PUT; see memfs.mount.prefixdigest).
         self.digest = digest
+        # A version's block checksums (shared with its cache entry, as ``present`` is): every
+        # read through FUSE is checked against them (``memfs.mount.blocksums``).
+        self.sums = sums if sums is not None or etag is None else BlockSums(size)
         self._finalizer = weakref.finalize(self, _close_and_unlink, fd,
                                            str(path) if owned else None, digest)
 
@@ -166,13 +171,17 @@ class Blob:
             blob.close()
             raise
         blob.etag = etag
+        if etag is not None:  # summed from the bytes in memory, before any read of the file
+            blob.sums = BlockSums(len(data))
+            blob.sums.take_from(0, data)
         return blob
 
     @classmethod
-    def open_file(cls, path: Path, size: int, present: Ranges, etag: str) -> Blob:
+    def open_file(cls, path: Path, size: int, present: Ranges, etag: str,
+                  sums: BlockSums | None = None) -> Blob:
         """A cache entry's file, as a version (not owned: the cache removes it)."""
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        return cls(fd, path, size, present, etag, owned=False)
+        return cls(fd, path, size, present, etag, owned=False, sums=sums)
 
     def close(self) -> None:
         self._finalizer()
@@ -215,6 +224,23 @@ class Blob:
         """Bytes fetched for this blob's own version: the same content, now held."""
         self.store(off, data)
         self.present.add(off, off + len(data))
+        self.sum_filled(off, data)
+
+    def sum_filled(self, off: int, data: bytes | memoryview) -> None:
+        """Take the checksums of the blocks a fill of ``data`` at ``off`` completed: from the
+        bytes in memory, and for a block it completed only with earlier fills, from the file
+        (the caller holds whatever serialises fills)."""
+        if self.sums is not None:
+            self.sums.take_from(off, data)
+            self.sums.take_complete(self.fd, self.present, off, off + len(data))
+
+    def read_checked(self, off: int, n: int) -> bytes:
+        """``read``, each block checked against its sum (a version's); ``Damaged`` if one
+        does not match."""
+        data = self.read(off, n)
+        if self.sums is not None:
+            self.sums.check(self.fd, self.present, off, data)
+        return data
 
     def store(self, off: int, data: bytes) -> None:
         """Put ``data`` in the file at ``off``, without recording it as held (``write`` and
@@ -250,6 +276,7 @@ class Blob:
             raise
         copy.present = self.present.copy()
         copy.etag = None
+        copy.sums = None  # staged: its bytes change with every write
         return copy
 
     def known_sha256(self) -> str | None:
@@ -261,12 +288,15 @@ class Blob:
         return self.digests("sha256")["sha256"]
 
     def digests(self, *names: str) -> dict[str, str]:
-        """The hex digests (``hashlib`` names) of the whole blob, in one pass over its bytes."""
+        """The hex digests (``hashlib`` names) of the whole blob, in one pass over its bytes
+        (which also sums its blocks if it has sums: the pass that checks a restored entry)."""
         hashes = [hashlib.new(name) for name in names]
         for off in range(0, self.size, CHUNK):
             chunk = self.read(off, CHUNK)
             for h in hashes:
                 h.update(chunk)
+            if self.sums is not None:
+                self.sums.take_from(off, chunk)
         return {name: h.hexdigest() for name, h in zip(names, hashes, strict=True)}
 
 

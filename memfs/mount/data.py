@@ -257,7 +257,7 @@ class DataPath(Part):
         if body.etag is not None and not body.complete:
             self.readahead.read_ahead(of, body, off, size)
         of.read_end = off + size
-        data = body.read(off, size)
+        data = await self.loader.read(of, body, off, size)  # checked (blocksums)
         node = of.node
         if len(data) < size and node.kernel_size > off + len(data):
             # The kernel takes a short read as the file's end and lowers its cached size to it

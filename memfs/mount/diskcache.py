@@ -29,7 +29,9 @@ Integrity (``cachetrust``): the tree must be private to the mount's user, or the
 it; records are sealed with a key only that user can read; an entry read back after a restart is
 checked once before its first use against the MD5 its ETag vouches for, else its sealed SHA-256
 (a crash mid-write, a full disk or someone editing the directory leave a file that does not
-match: it is discarded, never served); entries this process wrote are trusted. LRU-bounded by
+match: it is discarded, never served), and every read through FUSE checks the blocks it touches
+against their CRC32C (``memfs.mount.blocksums``: a damaged block drops the entry and the read
+goes to S3). LRU-bounded by
 ``max_bytes`` (an entry's full size counts; a bigger one is not kept). With ``persistent`` off
 (``--cache-size 0``) nothing outlives the mount and the bound is ``SESSION_BYTES``.
 
@@ -40,24 +42,21 @@ records appended under ``_records_lock``) and the records file's rewrite (``back
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import itertools
 import json
 import logging
 import os
-import re
 import shutil
 import tempfile
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from memfs.mount.blobs import Blob, Ranges
+from memfs.mount.cacheentry import Entry, entry_of, record_of, remember
 from memfs.mount.cachetrust import (
     CacheRefused,
     check_where_made,
@@ -78,29 +77,12 @@ SESSION_BYTES = 64 * 1024 * 1024
 
 #: The records of complete entries under ``objects/`` (see the module docstring).
 RECORDS = "records.jsonl"
-#: What ``uuid.uuid4().hex`` names an entry's files: a record naming anything else is refused.
-_NAME = re.compile(r"[0-9a-f]{32}")
 #: The records file is rewritten once it holds this many lines more than twice the entries.
 COMPACT_SLACK = 1024
 
 
 class CacheInUse(CacheRefused):
     """Another live mount holds the cache directory; ``str()`` is the one line to show."""
-
-
-@dataclass(eq=False)
-class Entry:
-    """One cached version. ``present`` is shared with the blobs reading it (ranges fill in)."""
-
-    path: str
-    etag: str
-    size: int
-    name: str  # file stem under objects/
-    present: Ranges
-    info: ObjectInfo | None = None
-    sha256: str | None = None  # set once persisted
-    verified: bool = True  # False for entries read back from disk until checked
-    used: int = 0  # when it was last added or opened, in the cache's own count (LRU order)
 
 
 class DiskCache:
@@ -195,7 +177,8 @@ class DiskCache:
         if entry.verified:
             return True
         try:
-            blob = Blob.open_file(self._data(entry.name), entry.size, entry.present, entry.etag)
+            blob = Blob.open_file(self._data(entry.name), entry.size, entry.present, entry.etag,
+                                  entry.sums)
         except OSError:
             return False
         md5 = md5_of_etag(entry.etag)
@@ -221,7 +204,8 @@ class DiskCache:
             self._drop(entry)
             return None
         try:
-            blob = Blob.open_file(self._data(entry.name), entry.size, entry.present, entry.etag)
+            blob = Blob.open_file(self._data(entry.name), entry.size, entry.present, entry.etag,
+                                  entry.sums)
         except OSError:
             self._drop(entry)
             return None
@@ -247,7 +231,7 @@ class DiskCache:
             os.close(fd)
         entry = Entry(path, info.etag, info.size, name, Ranges(), info)
         self._add(entry)
-        return Blob.open_file(data, info.size, entry.present, info.etag)
+        return Blob.open_file(data, info.size, entry.present, info.etag, entry.sums)
 
     def publish(self, path: str, blob: Blob, info: ObjectInfo | None) -> Entry | None:
         """Keep a staged blob that is now exactly version ``blob.etag`` of ``path`` (after its
@@ -266,7 +250,8 @@ class DiskCache:
         except OSError as exc:
             log.warning("could not cache %s: %s", path, exc)
             return None
-        entry = Entry(path, blob.etag, blob.size, name, blob.present, info)
+        entry = Entry(path, blob.etag, blob.size, name, blob.present, info, sums=blob.sums)
+        blob.sums = entry.sums  # (a version this mount uploaded: summed as it is read)
         self._add(entry)
         return entry
 
@@ -302,7 +287,7 @@ class DiskCache:
     def _write_record(self, entry: Entry, digest: str) -> None:
         """Append the entry's record (one ``write``: a line is never interleaved with another);
         the entry counts as persisted only if the whole line was written."""
-        line = (json.dumps(seal(self._key, _record(entry, digest))) + "\n").encode()
+        line = (json.dumps(seal(self._key, record_of(entry, digest))) + "\n").encode()
         with self._records_lock:
             if self._records_fd < 0:
                 return  # closed (a background persist finishing at unmount)
@@ -332,7 +317,7 @@ class DiskCache:
         Never raises: a cache that cannot record only costs fetches after a restart."""
         path = self.objects / RECORDS
         tmp = path.with_name(RECORDS + ".tmp")
-        lines = [(json.dumps(seal(self._key, _record(e, e.sha256))) + "\n").encode()
+        lines = [(json.dumps(seal(self._key, record_of(e, e.sha256))) + "\n").encode()
                  for e in entries if e.sha256 is not None]
         try:
             # 0600 whatever the umask (open() would make it 0666 & ~umask).
@@ -370,6 +355,16 @@ class DiskCache:
                                            | os.O_CLOEXEC, 0o600)
             except OSError as exc:
                 log.warning("content cache records off (nothing kept past this mount): %s", exc)
+
+    def damaged(self, path: str, etag: str, exc: OSError) -> None:
+        """A read found a block of ``path``'s cached version ``etag`` damaged (``Damaged``):
+        drop the entry (its readers fetch from S3 again), and log it once per entry."""
+        entry = self.lookup(path, etag)
+        if entry is None:
+            return  # dropped already (another reader of the same file found it first)
+        log.warning("cached copy of %s (%s) is damaged on disk (%s): discarded, its bytes are "
+                    "fetched from S3 again", path, etag, exc)
+        self._drop(entry)
 
     # -- removing ------------------------------------------------------------------------------
 
@@ -440,7 +435,7 @@ class DiskCache:
         for line in lines:
             try:
                 record = unseal(self._key, json.loads(line))
-                _remember(found, _entry(record, record["name"]))
+                remember(found, entry_of(record, record["name"]))
             except (ValueError, KeyError, TypeError, AttributeError):
                 bad += 1  # cut short by a crash, unsealed (older memfs) or not ours
         if bad:
@@ -471,27 +466,6 @@ class DiskCache:
         for path, entry in self._items.items():
             assert entry.path == path, f"entry for {entry.path} filed under {path}"
         self._tree.check_invariants(list(self._items))
-
-
-def _record(entry: Entry, digest: str) -> dict[str, object]:
-    return {"name": entry.name, "path": entry.path, "etag": entry.etag, "size": entry.size,
-            "sha256": digest, "info": dataclasses.asdict(entry.info) if entry.info else None}
-
-
-def _entry(record: dict[str, Any], name: object) -> Entry:
-    """An entry read back from a record (unverified until its bytes are checked). Raises
-    ValueError, KeyError or TypeError for a record that is not one of ours."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f"not a cache file name: {name!r}")  # never a path outside objects/
-    size, info = int(record["size"]), record.get("info")
-    return Entry(str(record["path"]), str(record["etag"]), size, name, Ranges([(0, size)]),
-                 ObjectInfo(**info) if isinstance(info, dict) else None,
-                 str(record["sha256"]), verified=False)
-
-
-def _remember(found: dict[str, Entry], entry: Entry) -> None:
-    found.pop(entry.name, None)  # a later record of the same file (a rename) replaces it
-    found[entry.name] = entry
 
 
 def _empty(directory: Path) -> None:

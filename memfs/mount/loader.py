@@ -18,6 +18,7 @@ import threading
 import time
 
 from memfs.mount.blobs import Blob
+from memfs.mount.blocksums import Damaged
 from memfs.mount.diskcache import Entry
 from memfs.mount.handles import OpenFile
 from memfs.mount.listings import BIG_DIR, ListingCache, ListingTooBig
@@ -63,8 +64,13 @@ class _Filling:
         # The bytes first, outside the lock (ten GETs' writes were taking turns on it), then
         # their record: a read never sees a span held before its bytes are in the file.
         self.body.store(offset, data)
+        sums = self.body.sums
+        if sums is not None:  # from the bytes in memory, before any read of the file
+            sums.take_from(offset, data)
         with FILL_LOCK:
             self.body.present.add(offset, offset + len(data))
+            if sums is not None:  # a block completed with an earlier fill: from the file
+                sums.take_complete(self.body.fd, self.body.present, offset, offset + len(data))
 
 
 class Loader(Part):
@@ -230,6 +236,23 @@ class Loader(Part):
             entry = self.content.lookup(of.node.path, body.etag)
             if entry is not None and entry.present is body.present:
                 self.state.record(entry)
+
+    async def read(self, of: OpenFile, body: Blob, off: int, size: int) -> bytes:
+        """The bytes at [off, off+size) of ``body`` (present), each block checked against its
+        sum (``memfs.mount.blocksums``). A damaged block drops the cache entry (counted as
+        ``cache.damaged`` in ``memfs status``, logged once) and the read is served from S3:
+        ranged GETs of the same version into a fresh blob, which the open file keeps."""
+        try:
+            return body.read_checked(off, size)
+        except Damaged as exc:
+            self.state.counters["cache_damaged"] += 1
+            assert body.etag is not None  # only versions have sums
+            self.content.damaged(of.node.path, body.etag, exc)
+            fresh = self.state.staged(Blob.create, self.content.staging, body.size, body.etag)
+            if of.body is body:
+                of.body = fresh
+            await self.fetch(of, off, min(off + size, body.size), fresh)
+            return fresh.read_checked(off, size)
 
     def _expect_version(self, of: OpenFile, found: str, expect: str | None) -> None:
         if expect is not None and found != expect:

@@ -97,7 +97,9 @@ class Transactions(Part):
                       "reapplied": self.counters["edits_reapplied"],
                       "refused": self.counters["edits_refused"]},
             "cache": {"hits": self.counters["cache_hits"],
-                      "misses": self.counters["cache_misses"]},
+                      "misses": self.counters["cache_misses"],
+                      # Reads that found a cached block damaged on disk (memfs.mount.blocksums).
+                      "damaged": self.counters["cache_damaged"]},
             # Objects read whose x-amz-meta-* values were ignored (only the first are logged).
             "invalid_metadata": objectmeta.invalid_metadata.count,
             "content_cache": self.content.stats(),
