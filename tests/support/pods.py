@@ -41,6 +41,7 @@ import boto3
 import yaml
 
 from tests.support.s3server import KEY_ID, REGION, SECRET, moto_server
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "deploy/kubernetes/memfs-pod.yaml"
@@ -172,17 +173,6 @@ def readiness_command() -> list[str]:
     return container(recipe()[2], "memfs")["readinessProbe"]["exec"]["command"]
 
 
-def wait_until(what: str, predicate: Any, timeout: float = 60, interval: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise PodError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
-
-
 @contextlib.contextmanager
 def pod_running(name: str, bucket: str, endpoint: str, shared: Path) -> Iterator[str]:
     """The recipe's pod, started with ``podman kube play``; removed (with its secret) on exit.
@@ -212,7 +202,8 @@ def logs(name: str) -> str:
 
 def smoke(name: str = f"memfs-smoke-{os.getpid()}", bucket: str = "memfs-smoke") -> str:
     """Run the recipe against moto on this host's loopback. Returns a one-line summary; raises
-    `PodError` unless the agent's memory reached S3 and the pod stopped leaving no mount."""
+    `PodError` (AssertionError for a wait that timed out) unless the agent's memory reached S3
+    and the pod stopped leaving no mount."""
     started = time.monotonic()
     with moto_server(child_process=True) as endpoint, shared_dir() as shared:
         s3 = s3_client(endpoint)
@@ -258,7 +249,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         print(smoke())
-    except PodError as exc:
+    except (PodError, AssertionError) as exc:
         print(f"scripts/container smoke: FAILED: {exc}", file=sys.stderr)
         return 1
     return 0

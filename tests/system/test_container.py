@@ -32,9 +32,9 @@ from tests.support.pods import (
     s3_client,
     shared_dir,
     wait_for_object,
-    wait_until,
 )
 from tests.support.s3server import KEY_ID, REGION, SECRET, moto_server
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(900)
 
