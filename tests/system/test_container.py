@@ -39,6 +39,8 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.timeout(900)
 
 IN_CI = os.environ.get("CI") == "true"
+if shutil.which("podman") is None and not IN_CI:
+    pytest.skip(f"podman is not installed: {HOW_TO_RUN}", allow_module_level=True)
 CREDS = ["-e", f"AWS_ACCESS_KEY_ID={KEY_ID}", "-e", f"AWS_SECRET_ACCESS_KEY={SECRET}",
          "-e", f"AWS_DEFAULT_REGION={REGION}"]
 FUSE = ["--device", "/dev/fuse", "--cap-add", "SYS_ADMIN"]
@@ -51,8 +53,6 @@ def script(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    if shutil.which("podman") is None and not IN_CI:
-        pytest.skip(f"podman is not installed: {HOW_TO_RUN}")
     if os.geteuid() != 0:
         if IN_CI:
             pytest.fail("the container tests need root", pytrace=False)
