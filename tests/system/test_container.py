@@ -15,6 +15,7 @@ removed; the images are scripts/container's own.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -26,9 +27,11 @@ from tests.support.pods import (
     HOW_TO_RUN,
     IMAGE,
     REPO,
+    container,
     mounts_under,
     podman,
     readiness_command,
+    recipe,
     s3_client,
     shared_dir,
     wait_for_object,
@@ -151,3 +154,46 @@ def test_stopped_container_uploads_and_leaves_no_mount(image: str, s3, names: li
     with open("/proc/mounts") as f:
         assert not [line for line in f if tag in line], "a mount of this test is left"
 
+
+def test_a_restarted_sidecar_clears_the_dead_mount_of_a_killed_one(
+        image: str, s3, names: list[str]) -> None:
+    """The recipe's sidecar command, run twice: the first container SIGKILLed (a dead mount left
+    in the shared volume), the second, as the kubelet's restart would, mounts again."""
+    endpoint, client = s3
+    sidecar = container(recipe()[2], "memfs")
+    script = sidecar["args"][0]
+    tag = f"memfs-test-{os.getpid()}"
+    with shared_dir(prefix=f"{tag}-") as shared:
+        mountpoint = shared / "memories"
+
+        def start(name: str) -> None:
+            names.append(name)
+            podman("run", "-d", "--name", name, "--network", "host", *FUSE, *CREDS,
+                   "-e", "MEMFS_BUCKET=memfs-test", "-e", f"MEMFS_ENDPOINT_URL={endpoint}",
+                   "-v", f"{shared}:/mnt/memfs:rshared", "--entrypoint", "sh", image,
+                   "-c", script)
+
+        def memfs_mounts() -> list[str]:
+            return [where for where, fstype in mounts_under(shared) if fstype == "fuse.memfs"]
+
+        start(f"{tag}-first")
+        wait_until("the first mount", lambda: memfs_mounts() == [str(mountpoint)], timeout=60)
+        (mountpoint / "kept.md").write_text("before the kill\n")  # uploaded at its close
+        assert wait_for_object(client, "memfs-test", "kept.md") == b"before the kill\n"
+        podman("kill", "-s", "KILL", f"{tag}-first")
+        with pytest.raises(OSError) as dead:
+            wait_until("the mount to die", lambda: not os.listdir(mountpoint), timeout=30)
+        assert dead.value.errno == errno.ENOTCONN
+        start(f"{tag}-second")
+
+        def live() -> bool:
+            try:
+                return os.listdir(mountpoint) == ["kept.md"]
+            except OSError:
+                return False
+
+        wait_until("the second mount", live, timeout=60)
+        assert memfs_mounts() == [str(mountpoint)]  # the dead one is gone, not stacked under
+        assert (mountpoint / "kept.md").read_text() == "before the kill\n"
+        podman("stop", "-t", "60", f"{tag}-second", timeout=120)
+        assert memfs_mounts() == []
