@@ -17,7 +17,6 @@ import contextlib
 import errno
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from tests.support.systemd_helpers import (
     ensure_rootfs,
     s3_in,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -108,17 +108,6 @@ def sbox(box: Container) -> Iterator[Container]:
 
 def memfs_mounts(box: Container, path: str = "/memories") -> list[str]:
     return [fstype for mnt, fstype in box.mounts() if mnt == path]
-
-
-def wait_until(what: str, predicate, timeout: float = 30, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def start(box: Container, unit: str) -> None:
