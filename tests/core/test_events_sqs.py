@@ -6,7 +6,6 @@ between two feeds through a topic, and a queue deleted while consumed (DOWN) the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import boto3
 import pytest
@@ -19,7 +18,9 @@ from memfs.events.sqs import SqsFeed
 from memfs.locations import ConfigError
 from memfs.s3.queues import QueueClient
 from tests.conftest import BUCKET, REGION, needs_moto
-from tests.support.eventmsgs import Heard
+from tests.support.eventmsgs import Heard, feeds
+
+__all__ = ["feeds"]  # the fixture, used by name
 
 pytestmark = needs_moto("SQS and SNS beside S3 (moto serves all three)")
 
@@ -45,14 +46,6 @@ def _queue(sqs, name: str) -> tuple[str, str]:
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
         "Attributes"]["QueueArn"]
     return url, arn
-
-
-@pytest.fixture
-def feeds() -> Iterator[list[SqsFeed]]:
-    made: list[SqsFeed] = []
-    yield made
-    for f in made:
-        f.close()
 
 
 def _start(feeds: list, url: str, *, sender: str = "me", topic: str | None = None,

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from urllib.parse import quote_plus
+
+import pytest
 
 from memfs.events.change import Change, ChangeKind, FeedState
 
@@ -110,3 +112,12 @@ class Heard:
     def names(self, kind: ChangeKind | None = None) -> set[str]:
         with self._cond:
             return {c.key for c in self.changes if kind is None or c.kind is kind}
+
+
+@pytest.fixture
+def feeds() -> Iterator[list]:
+    """A list a test puts the feeds it starts in; every one is closed after the test."""
+    made: list = []
+    yield made
+    for feed in made:
+        feed.close()

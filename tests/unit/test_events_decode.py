@@ -159,3 +159,12 @@ def test_within_keeps_this_mounts_bucket_and_prefix() -> None:
           Change("c", "p/x", ChangeKind.CREATED, Producer.S3)]
     assert within(cs, "b", "p/") == cs[:1]
     assert within(cs, "b", "") == cs[:2]
+
+
+def test_an_announcement_is_one_json_object() -> None:
+    """What goes on the wire (SEMANTICS documents it): one JSON object per change."""
+    sent = Change("b", "k", ChangeKind.CREATED, Producer.MEMFS, etag="e1", writer="host/1",
+                  sender="s", time=1.0)
+    assert json.loads(encode_announcement(sent)) == {
+        "memfs": 1, "bucket": "b", "key": "k", "kind": "created", "etag": "e1",
+        "writer": "host/1", "sender": "s", "time": 1.0}
