@@ -3,9 +3,10 @@ enveloped, S3 → EventBridge → SQS) and, with an SNS topic, memfs mounts' ann
 
 One thread long-polls the queue (``ReceiveMessage`` with ``WaitTimeSeconds=20``: an idle mount
 sends at most 3 requests a minute; the first after a start or a failure is a short poll, so that
-the feed is known healthy within a round trip), delivers each message's changes, then deletes
-what it received (``DeleteMessageBatch``). A message whose callback fails is still deleted: an
-event is a hint, and the mount's TTL covers what it misses. The first successful receive makes
+the feed is known healthy within a round trip) and delivers each message's changes; another
+thread deletes what was received (``DeleteMessageBatch``), so the next poll starts at once. A
+message whose callback fails is still deleted: an event is a hint, and the mount's TTL covers
+what it misses. The first successful receive makes
 the feed ``HEALTHY``; a failed request (the queue deleted, credentials refused, the endpoint
 unreachable) makes it ``DOWN`` and the thread retries with backoff, ``HEALTHY`` again at the
 first answer.
@@ -17,6 +18,8 @@ notifications already tell every mount of every write, memfs's included.
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import threading
 
 from memfs.events.base import Backoff, FeedBase
@@ -38,6 +41,9 @@ class SqsFeed(FeedBase):
             f" (announcing to {client.topic_arn})" if client.topic_arn else "")
         self._backoff = backoff or Backoff()
         self._threads: list[threading.Thread] = []
+        #: Receipts of handled messages, deleted by their own thread so that the next long poll
+        #: starts at once (a change arriving during the delete would otherwise wait for it).
+        self._receipts: queue.SimpleQueue[str] = queue.SimpleQueue()
 
     def can_publish(self) -> bool:
         return self.client.topic_arn is not None
@@ -45,7 +51,9 @@ class SqsFeed(FeedBase):
     def start(self, on_change: ChangeCallback, on_state: StateCallback) -> None:
         self._begin(on_change, on_state)
         self._threads = [threading.Thread(target=self._receive_loop, daemon=True,
-                                          name="memfs-events-sqs")]
+                                          name="memfs-events-sqs"),
+                         threading.Thread(target=self._delete_loop, daemon=True,
+                                          name="memfs-events-sqs-delete")]
         if self.can_publish():
             self._threads.append(threading.Thread(target=self._publish_loop, daemon=True,
                                                   name="memfs-events-sns"))
@@ -77,14 +85,24 @@ class SqsFeed(FeedBase):
             self.set_state(FeedState.HEALTHY, "receiving")
             for m in messages:
                 self.deliver(m.body)
-            if not messages:
-                continue
+                self._receipts.put(m.receipt)
+
+    def _delete_loop(self) -> None:
+        """Delete what was handled, up to 10 receipts a request, as they come."""
+        while not self.stopping:
             try:
-                refused = self.client.delete([m.receipt for m in messages])
+                receipts = [self._receipts.get(timeout=0.5)]
+            except queue.Empty:
+                continue
+            with contextlib.suppress(queue.Empty):
+                while len(receipts) < 10:
+                    receipts.append(self._receipts.get_nowait())
+            try:
+                refused = self.client.delete(receipts)
             except QueueError as exc:
                 # Not deleted: they come back after the visibility timeout, heard twice (a
-                # duplicate costs a request). The next receive says whether the queue is well.
-                self.count("delete_failed", len(messages))
+                # duplicate costs a request). The receiving thread says whether the queue is well.
+                self.count("delete_failed", len(receipts))
                 self.reason = f"deleting received messages failed: {exc}"
                 continue
             if refused:
