@@ -75,6 +75,8 @@ def test_rgw_events_through_rabbitmq_and_no_abort_on_mv_and_rm_r(
     s3.put_object(Bucket=BUCKET, Key=raw, Body=b"x")
     heard.wait(lambda h: raw in h.names(ChangeKind.CREATED))
     assert {c.producer for c in heard.changes} == {Producer.S3}
+    etag = s3.head_object(Bucket=BUCKET, Key=raw)["ETag"].strip('"')
+    assert [c.etag for c in heard.changes if c.key == raw] == [etag]
 
     mnt: Path = mount_factory()
     src = mnt / "dir"
