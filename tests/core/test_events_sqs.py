@@ -187,3 +187,17 @@ def test_a_short_poll_first_then_long_polls(sqs, feeds) -> None:
     heard.wait_state(FeedState.HEALTHY)
     heard.wait(lambda h: len(waits) >= 2)
     assert waits[:2] == [0, 20]
+
+
+def test_s3_to_eventbridge_to_sqs(s3, sqs, s3_reset, feeds) -> None:
+    events = _aws("events", s3_reset)
+    url, arn = _queue(sqs, "mount-a")
+    events.put_rule(Name="memfs", EventPattern=json.dumps({"source": ["aws.s3"]}))
+    events.put_targets(Rule="memfs", Targets=[{"Id": "q", "Arn": arn}])
+    s3.put_bucket_notification_configuration(Bucket=BUCKET, NotificationConfiguration={
+        "EventBridgeConfiguration": {}})
+    heard = _start(feeds, url)
+    key = "notes/a b+c%41.md"  # moto sends EventBridge keys raw (decode.py)
+    s3.put_object(Bucket=BUCKET, Key=key, Body=b"x")
+    heard.wait(lambda h: h.names(ChangeKind.CREATED) == {key})
+    assert heard.changes[0].etag
