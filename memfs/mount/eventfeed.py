@@ -33,6 +33,9 @@ def open_for(config: MountConfig, core: MemFSCore) -> Feed | None:
     the caller's ``ConfigError``: the mount is refused with that one line."""
     if config.events is None:
         return None
+    # pika logs each failed connection attempt at ERROR with a traceback, every few seconds
+    # while a broker is down; the feed says it once, in one line (DOWN and why).
+    logging.getLogger("pika").setLevel(logging.CRITICAL)
     return open_feed(config.events, bucket=config.bucket, prefix=config.prefix,
                      sender=core.announce.sender, region=config.region,
                      endpoint_url=config.endpoint_url)
