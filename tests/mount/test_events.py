@@ -21,7 +21,9 @@ import boto3
 import pytest
 
 from memfs.protocol import XATTR_STATS
-from tests.conftest import BUCKET, REGION, needs_moto
+from tests.conftest import BUCKET, REGION, is_mounted, needs_moto
+from tests.ops.test_cli import memfs, one_line_error
+from tests.support.s3server import free_port
 
 pytestmark = needs_moto("S3 notifications to SNS and SQS (moto serves all three)")
 
@@ -164,3 +166,25 @@ def test_duplicated_reordered_and_garbled_messages_cost_no_wrong_answer(fleet: F
     os.unlink(a / "n2.md")
     wait_until(lambda: "n2.md" not in listed(b), what="delete after the garbage")
     assert (b / "n3.md").read_text() == "v3"
+
+
+def test_a_spec_it_cannot_read_refuses_the_mount_with_one_line(s3, s3_reset: str,
+                                                               tmp_path: Path) -> None:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    line = one_line_error(memfs("mount", str(mnt), "--bucket", BUCKET, "--endpoint-url",
+                                s3_reset, "--events", "kafka://broker/topic"))
+    assert "--events" in line and "kafka://broker/topic" in line
+    assert not is_mounted(mnt)
+
+
+def test_a_broker_down_at_mount_time_leaves_the_mount_polling(mount_factory, s3) -> None:
+    dead = free_port()  # nothing listens there
+    mnt = mount_factory("", "--metadata-ttl", "0.5", "--events",
+                        f"amqp://guest@127.0.0.1:{dead}/%2F?exchange=memfs")
+    wait_until(lambda: events(mnt)["state"] == "down", what="the feed down")
+    assert events(mnt)["ttl_s"] == 0.5
+    s3.put_object(Bucket=BUCKET, Key="seen.md", Body=b"by polling")
+    wait_until(lambda: (mnt / "seen.md").exists(), what="a change found by polling")
+    (mnt / "mine.md").write_text("works")
+    assert (mnt / "mine.md").read_text() == "works"
