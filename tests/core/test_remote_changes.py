@@ -200,7 +200,7 @@ def run(ops: list[tuple], seed: int, final_drop: bool) -> None:
                 else:
                     drop = 0.3 if op[2] else 0.0
                     dropped += feed_b.deliver(rng, duplicate=op[1], drop=drop)
-                    feed_a.deliver(rng, duplicate=op[1], drop=drop)
+                    dropped += feed_a.deliver(rng, duplicate=op[1], drop=drop)
                 b.check_invariants()
             await a.moves.drained()  # A's renames between directories end in the background
             await trio.testing.wait_all_tasks_blocked()
@@ -208,8 +208,10 @@ def run(ops: list[tuple], seed: int, final_drop: bool) -> None:
             feed_a.deliver(rng, duplicate=0.3)
             await trio.testing.wait_all_tasks_blocked()
             if dropped:
-                drv_b.age(TTL + 1)  # one TTL later
-            assert await view(drv_b) == truth(store), f"dropped {dropped}"
+                drv_a.age(TTL + 1)  # one TTL later
+                drv_b.age(TTL + 1)
+            assert await view(drv_b) == truth(store), f"B, dropped {dropped}"
+            assert await view(drv_a) == truth(store), f"A, dropped {dropped}"
             a.nursery = b.nursery = None
             nursery.cancel_scope.cancel()
 
