@@ -210,8 +210,11 @@ class RemoteChanges(Part):
             node.validated_at = 0.0
             if is_dir:
                 node.meta_known = node.inode == ROOT_INODE  # its marker's mode may be new
-            if node.nlookup and node.kind is not Kind.DIR:
-                kernel.forget_inode(node.inode)  # attributes and pages
+            if node.nlookup:
+                if node.kind is Kind.DIR:
+                    kernel.forget_attrs(node.inode)  # its marker's mode and times
+                else:
+                    kernel.forget_inode(node.inode)  # attributes and pages
             if self.state.flights.busy(node.path) and self.state.nursery is not None:
                 self.state.nursery.start_soon(self._after_flight, node.path, node)
         above, name = self._known_above(path)
