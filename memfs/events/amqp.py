@@ -117,7 +117,11 @@ class AmqpFeed(FeedBase):
     # -- the I/O thread ------------------------------------------------------------------------
 
     def _parameters(self) -> Any:
-        s = self.settings
+        return self.parameters_for(self.settings, f"memfs {self.queue}")
+
+    @staticmethod
+    def parameters_for(s: AmqpSettings, name: str) -> Any:
+        """pika's connection parameters for ``s`` (``name`` shows in the broker's list)."""
         options = None
         if s.tls:
             options = pika.SSLOptions(ssl.create_default_context(), s.host)
@@ -126,7 +130,7 @@ class AmqpFeed(FeedBase):
             credentials=pika.PlainCredentials(s.user, s.password, erase_on_connect=False),
             heartbeat=s.heartbeat, blocked_connection_timeout=30, connection_attempts=1,
             socket_timeout=CONNECT_TIMEOUT, stack_timeout=CONNECT_TIMEOUT * 2,
-            ssl_options=options, client_properties={"connection_name": f"memfs {self.queue}"})
+            ssl_options=options, client_properties={"connection_name": name})
 
     def _run(self) -> None:
         while not self.stopping:
@@ -171,6 +175,49 @@ class AmqpFeed(FeedBase):
         if connection is not None and connection.is_open:
             with contextlib.suppress(Exception):
                 connection.close()  # the broker deletes the exclusive queue
+
+
+def _connect(settings: AmqpSettings) -> Any:
+    """A connection for one administrative step (``memfs events setup``), not a feed's."""
+    if pika is None:
+        raise ConfigError("AMQP needs the pika package, which is not installed: "
+                          + install_line("events"))
+    return pika.BlockingConnection(AmqpFeed.parameters_for(settings, "memfs events setup"))
+
+
+def _exchange_exists(connection: Any, exchange: str) -> bool:
+    try:
+        connection.channel().exchange_declare(exchange, exchange_type="topic", passive=True)
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        if exc.reply_code == 404:
+            return False
+        raise
+    return True
+
+
+def declare_exchange(settings: AmqpSettings) -> bool:
+    """Declare the settings' exchange (topic, durable) unless it exists; whether it was made."""
+    connection = _connect(settings)
+    try:
+        if _exchange_exists(connection, settings.exchange):
+            return False
+        connection.channel().exchange_declare(settings.exchange, exchange_type="topic",
+                                              durable=True)
+        return True
+    finally:
+        connection.close()
+
+
+def delete_exchange(settings: AmqpSettings) -> bool:
+    """Delete the settings' exchange; whether there was one."""
+    connection = _connect(settings)
+    try:
+        if not _exchange_exists(connection, settings.exchange):
+            return False
+        connection.channel().exchange_delete(settings.exchange)
+        return True
+    finally:
+        connection.close()
 
 
 class ExchangeMissing(Exception):

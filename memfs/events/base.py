@@ -145,7 +145,10 @@ class FeedBase:
             self.count("publish_dropped", dropped)
 
     def deliver(self, body: bytes | str) -> int:
-        """Decode one message and hand its changes for this mount on; how many were handed on."""
+        """Decode one message and hand its changes for this mount on; how many were handed on.
+        Nothing is handed on once the feed is closing (a long poll may outlive ``close``)."""
+        if self.stopping:
+            return 0
         self.count("messages")
         now = time.time()
         handed = 0

@@ -2,11 +2,13 @@
 enveloped, S3 → EventBridge → SQS) and, with an SNS topic, memfs mounts' announcements.
 
 One thread long-polls the queue (``ReceiveMessage`` with ``WaitTimeSeconds=20``: an idle mount
-sends at most 3 requests a minute), delivers each message's changes, then deletes what it
-received (``DeleteMessageBatch``). A message whose callback fails is still deleted: an event is a
-hint, and the mount's TTL covers what it misses. The first successful receive makes the feed
-``HEALTHY``; a failed request (the queue deleted, credentials refused, the endpoint unreachable)
-makes it ``DOWN`` and the thread retries with backoff, ``HEALTHY`` again at the first answer.
+sends at most 3 requests a minute; the first after a start or a failure is a short poll, so that
+the feed is known healthy within a round trip), delivers each message's changes, then deletes
+what it received (``DeleteMessageBatch``). A message whose callback fails is still deleted: an
+event is a hint, and the mount's TTL covers what it misses. The first successful receive makes
+the feed ``HEALTHY``; a failed request (the queue deleted, credentials refused, the endpoint
+unreachable) makes it ``DOWN`` and the thread retries with backoff, ``HEALTHY`` again at the
+first answer.
 
 Announcing (``publish``) needs an SNS topic (``sqs:URL?topic=ARN``) the mounts' queues are
 subscribed to; without one ``publish`` drops (counted): on AWS and moto the bucket's own
@@ -59,7 +61,9 @@ class SqsFeed(FeedBase):
     def _receive_loop(self) -> None:
         while not self.stopping:
             try:
-                messages = self.client.receive()
+                # Until the queue has answered once, a short poll: it proves the queue at once
+                # (HEALTHY within a round trip, not after an idle long poll of 20 s).
+                messages = self.client.receive(wait=self.state is FeedState.HEALTHY)
             except QueueError as exc:
                 if self.stopping:
                     return

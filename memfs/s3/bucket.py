@@ -17,10 +17,18 @@ from typing import Any
 
 import botocore.exceptions
 
+from memfs.s3.multidelete import (
+    DELETE_BATCH,
+    batch_delete_allowed,
+    delete_many,
+    is_ceph_rgw,
+    request_id,
+)
+
+__all__ = ["DELETE_BATCH", "Bucket", "Listed", "ListedVersion"]
+
 #: Error codes that mean "no such key (or version)": a HEAD answers 404 without a code body.
 _MISSING = {"404", "NoSuchKey", "NotFound", "NoSuchVersion"}
-#: DeleteObjects takes at most this many keys per request.
-DELETE_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,8 @@ class Bucket:
     def __init__(self, client: Any, name: str) -> None:
         self.client = client
         self.name = name
+        #: Whether DeleteObjects may be sent; found at the first delete (None: not yet).
+        self.batch_delete: bool | None = None
 
     def versioning_status(self) -> str | None:
         """``Enabled``, ``Suspended``, or None (never enabled). No permission to ask → Enabled
@@ -132,11 +142,13 @@ class Bucket:
             body.close()
 
     def delete(self, keys: Sequence[str]) -> list[tuple[str, str]]:
-        """Delete up to `DELETE_BATCH` keys in one request; (key, reason) of those not deleted."""
-        resp = self.client.delete_objects(Bucket=self.name, Delete={
-            "Objects": [{"Key": k} for k in keys], "Quiet": True})
-        return [(e.get("Key", ""), f"{e.get('Code')} {e.get('Message')}")
-                for e in resp.get("Errors", ())]
+        """Delete up to `DELETE_BATCH` keys in one request (one each where DeleteObjects is not
+        safe: Ceph RGW, ``memfs.s3.multidelete``); (key, reason) of those not deleted."""
+        if self.batch_delete is None:  # asked once: one HEAD of the bucket shows the server
+            answer = self.client.head_bucket(Bucket=self.name)
+            self.batch_delete = batch_delete_allowed(is_ceph_rgw(request_id(answer)))
+        failed = delete_many(self.client, self.name, keys, batch=self.batch_delete)
+        return [(key, f"{code} {message}") for key, code, message in failed]
 
     def uploads(self, prefix: str) -> Iterator[tuple[str, str, datetime]]:
         """Incomplete multipart uploads under `prefix`: (key, upload id, initiated)."""

@@ -14,7 +14,8 @@ servers keep that part of the API differently (docs/SEMANTICS.md, "Endpoints"):
 `probe_endpoint` asks the endpoint itself, with sixteen requests on keys under
 ``protocol.WRITE_PROBE`` (deleted again), and returns `Capabilities`: which spelling of an ETag
 its ``If-Match`` accepts, which copy-condition header it reads, whether it conditions multipart
-completion. The store then sends what works (`Capabilities.condition_etag`, `copy_condition`),
+completion, and whether it is Ceph RGW (no ``DeleteObjects`` there: ``memfs.s3.multidelete``).
+The store then sends what works (`Capabilities.condition_etag`, `copy_condition`),
 and the mount writes big files as one conditional PUT where completion cannot be conditioned
 (`conditional_multipart`). The probe never mistakes a server that refuses everything for one
 that enforces: each condition is tried both matching (must succeed) and not (must be refused).
@@ -37,6 +38,7 @@ import botocore.exceptions
 
 from memfs.protocol import WRITE_PROBE
 from memfs.s3.errors import StoreError, translate
+from memfs.s3.multidelete import BATCH_DELETE_ENV, batch_delete_allowed, is_ceph_rgw, request_id
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,10 @@ class Capabilities:
     complete_returns_etag: bool | None = True
     delete_if_match: bool | None = None
     probed: bool = False
+    #: Whether DeleteObjects may be sent: not to Ceph RGW, which it can abort
+    #: (``memfs.s3.multidelete``); ``MEMFS_BATCH_DELETE`` overrides.
+    batch_delete: bool = True
+    ceph_rgw: bool | None = None
 
     @property
     def enforces_if_match(self) -> bool:
@@ -113,6 +119,10 @@ class Capabilities:
                          "one conditional PUT (at most 5 GiB)")
         if self.complete_returns_etag is False:
             lines.append("CompleteMultipartUpload returns no ETag: a HEAD asks for it")
+        if not self.batch_delete:
+            lines.append("no DeleteObjects (" + ("Ceph RGW: it aborts RGW 16.2 on a bucket with "
+                         "a notification topic" if self.ceph_rgw else BATCH_DELETE_ENV) +
+                         "): many keys are deleted one DELETE each")
         return lines
 
 
@@ -216,7 +226,7 @@ def probe_endpoint(store: Any) -> Capabilities:
     except Exception as exc:  # StoreError, or an answer no S3 gives (the asserts)
         log.warning("could not probe what the S3 endpoint enforces (%s); assuming it "
                     "behaves as AWS S3", getattr(exc, "strerror", None) or exc)
-        return Capabilities()
+        return Capabilities(batch_delete=batch_delete_allowed(False))
     finally:
         # One DELETE per key, not a DeleteObjects: its keys are in the body, and the request
         # counters (and the test proxy) tell the probe's requests by the key in the URL.
@@ -229,6 +239,7 @@ def probe_endpoint(store: Any) -> Capabilities:
 def _probe(p: _Probe) -> Capabilities:
     first = p.put(b"1")
     assert isinstance(first, dict), first
+    ceph_rgw = is_ceph_rgw(request_id(first))
     etag = normal_etag(first["ETag"])
     # If-Match: the matching ETag must be accepted (quoted as S3 documents, else unquoted),
     # and a stale one refused.
@@ -280,4 +291,5 @@ def _probe(p: _Probe) -> Capabilities:
     return Capabilities(
         if_match=if_match, if_none_match=if_none_match, copy_condition=copy_condition,
         complete_if_match=complete_if_match, complete_if_none_match=complete_if_none_match,
-        complete_returns_etag=returns_etag, delete_if_match=delete_if_match, probed=True)
+        complete_returns_etag=returns_etag, delete_if_match=delete_if_match, probed=True,
+        batch_delete=batch_delete_allowed(ceph_rgw), ceph_rgw=ceph_rgw)

@@ -107,12 +107,13 @@ class QueueClient:
                                             topic_region(topic_arn) or region or url_region,
                                             session=session)
 
-    def receive(self, max_messages: int = 10) -> list[Received]:
-        """Long-poll the queue (``wait_seconds``): at most ``max_messages`` messages."""
+    def receive(self, max_messages: int = 10, *, wait: bool = True) -> list[Received]:
+        """Long-poll the queue (``wait_seconds``; a short poll unless ``wait``): at most
+        ``max_messages`` messages."""
         try:
             resp = self._sqs.receive_message(QueueUrl=self.queue_url,
                                              MaxNumberOfMessages=max_messages,
-                                             WaitTimeSeconds=self.wait_seconds)
+                                             WaitTimeSeconds=self.wait_seconds if wait else 0)
         except _ERRORS as exc:
             raise _translate(exc) from None
         return [Received(m["ReceiptHandle"], m.get("Body", "")) for m in resp.get("Messages", [])]

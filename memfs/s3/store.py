@@ -32,6 +32,7 @@ from memfs.s3.direct import DirectRequests, sendable
 from memfs.s3.endpoint import COPY_IF_MATCH, LEGACY_COPY_IF_MATCH, Capabilities, normal_etag
 from memfs.s3.errors import NotModified, StoreError, TooBig, translate, translate_conditional
 from memfs.s3.keynames import valid_name
+from memfs.s3.multidelete import delete_many
 from memfs.s3.objectmeta import ObjectInfo, info_from_metadata
 from memfs.s3.stats import RequestStats
 
@@ -451,7 +452,9 @@ class Store:
         return normal_etag(resp["CopyObjectResult"]["ETag"])
 
     def delete(self, path: str, *, directory: bool = False) -> None:
-        key = self.dir_key(path) if directory else self.key(path)
+        self._delete_key(self.dir_key(path) if directory else self.key(path))
+
+    def _delete_key(self, key: str) -> None:
         try:
             if self.direct is not None and sendable(key):
                 self.direct.delete(self.bucket, key)
@@ -461,18 +464,18 @@ class Store:
             raise translate(exc, "DELETE", key) from exc
 
     def delete_keys(self, keys: list[str]) -> None:
-        """Delete many relative keys, 1,000 per request (DeleteObjects)."""
-        for start in range(0, len(keys), 1000):
-            batch = [{"Key": self.prefix + k} for k in keys[start:start + 1000]]
-            try:
-                resp = self.client.delete_objects(
-                    Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
-            except Exception as exc:
-                raise translate(exc, "DELETE", f"{len(batch)} keys") from exc
-            if resp.get("Errors"):
-                first = resp["Errors"][0]
-                raise StoreError(errno.EIO, f"DELETE {first.get('Key')}: {first.get('Code')} "
-                                 f"{first.get('Message')}", str(first.get("Code")))
+        """Many relative keys: DeleteObjects where safe, else one DELETE each (multidelete)."""
+        if not self.caps.batch_delete:
+            for k in keys:
+                self._delete_key(self.prefix + k)
+            return
+        try:
+            failed = delete_many(self.client, self.bucket, [self.prefix + k for k in keys],
+                                 batch=True)
+        except Exception as exc:
+            raise translate(exc, "DELETE", f"{len(keys)} keys") from exc
+        if failed:
+            raise StoreError(errno.EIO, "DELETE {}: {} {}".format(*failed[0]), failed[0][1])
 
 
 def _legacy_copy_header(request: Any, **_: Any) -> None:

@@ -138,3 +138,35 @@ def test_close_removes_the_mounts_queue(rabbitmq_node, exchange) -> None:
         connection.channel().queue_declare(feed.queue, passive=True)
     assert info.value.reply_code == 404
     connection.close()
+
+
+def test_the_least_privileged_user_of_deploy_md(rabbitmq_node: RabbitNode, feeds) -> None:
+    """The permissions docs/DEPLOY.md gives the mounts' RabbitMQ user are enough for a feed
+    (declare, bind, consume, publish), and no more than its own queues."""
+    node = rabbitmq_node
+    node.ctl("add_vhost", "memfs")
+    node.ctl("set_permissions", "-p", "memfs", "guest", ".*", ".*", ".*")
+    node.ctl("add_user", "memfs", "s3cret")
+    node.ctl("set_permissions", "-p", "memfs", "memfs", r"^memfs\.",
+             r"^(memfs\.|memfs-events$)", r"^(memfs\.|memfs-events$)")
+    connection = pika.BlockingConnection(pika.URLParameters(
+        f"amqp://guest:guest@127.0.0.1:{node.port}/memfs"))
+    connection.channel().exchange_declare("memfs-events", exchange_type="topic", durable=True)
+    connection.close()
+    spec = f"amqp://memfs@127.0.0.1:{node.port}/memfs?exchange=memfs-events"
+    heard = {}
+    for sender in ("a", "b"):
+        feed = AmqpFeed(parse_amqp(spec, {"MEMFS_EVENTS_PASSWORD": "s3cret"}), bucket=BUCKET,
+                        prefix="", sender=sender, backoff=Backoff(0.1, 0.5))
+        heard[sender] = Heard()
+        feeds.append(feed)
+        feed.start(heard[sender].on_change, heard[sender].on_state)
+        heard[sender].wait_state(FeedState.HEALTHY)
+    feeds[0].publish(_change("k", "a"))
+    heard["b"].wait(lambda h: h.names() == {"k"})
+    connection = pika.BlockingConnection(pika.URLParameters(
+        f"amqp://memfs:s3cret@127.0.0.1:{node.port}/memfs"))
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        connection.channel().queue_declare("someone-elses")
+    assert info.value.reply_code == 403  # ACCESS_REFUSED
+    connection.close()

@@ -163,3 +163,22 @@ def test_open_feed_reads_the_spec(s3_reset: str) -> None:
                        ("kafka://x", "use sqs:")]:
         with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
             open_feed(bad, bucket=BUCKET, prefix="", sender="m")
+
+
+def test_a_short_poll_first_then_long_polls(sqs, feeds) -> None:
+    """Healthy within a round trip (no idle long poll first), then 20 s long polls: an idle
+    mount's at most 3 queue requests a minute."""
+    url, _ = _queue(sqs, "mount-a")
+    client = QueueClient(url)
+    assert client.wait_seconds == 20
+    waits: list[int] = []
+    client._sqs.meta.events.register(
+        "before-call.sqs.ReceiveMessage",
+        lambda params, **_: waits.append(json.loads(params["body"])["WaitTimeSeconds"]))
+    feed = SqsFeed(client, bucket=BUCKET, prefix="", sender="me")
+    heard = Heard()
+    feeds.append(feed)
+    feed.start(heard.on_change, heard.on_state)
+    heard.wait_state(FeedState.HEALTHY)
+    heard.wait(lambda h: len(waits) >= 2)
+    assert waits[:2] == [0, 20]

@@ -23,6 +23,7 @@ from memfs.ops import gc, install
 from memfs.ops.locate import Target
 from memfs.s3.bucket import Bucket
 from tests.conftest import BUCKET, memfs_cmd
+from tests.support.s3server import TEST_S3
 from tests.support.systemd_helpers import verify_env
 from tests.system.test_systemd import unit_settings
 
@@ -159,7 +160,8 @@ def test_deletes_in_batches_of_1000(s3, s3_reset) -> None:
     report = gc.run_gc(Bucket(client, BUCKET), target, gc.parse_policies(["s/=1h"]),
                        now=t0 + timedelta(hours=1),
                        progress=gc_cli.Progress(stderr, tty=False))
-    assert batches == [1000, 1000, 1]
+    # Ceph RGW gets no DeleteObjects (memfs.s3.multidelete): one DELETE per key there
+    assert batches == ([] if TEST_S3.kind == "ceph" else [1000, 1000, 1])
     assert report.policies[0].expired == 2001 and report.policies[0].bytes == 4002
     assert not keys(s3)
     # Plain progress lines (stderr is not a terminal here).

@@ -124,6 +124,15 @@ class RabbitNode:
             time.sleep(0.2)
         self._pids |= _listeners(self.port) | _listeners(self.epmd_port)
 
+    def ctl(self, *args: str) -> str:
+        """``rabbitmqctl ARGS`` on this node (its output; fails the test when it fails)."""
+        ctl = shutil.which("rabbitmqctl") or "/usr/lib/rabbitmq/bin/rabbitmqctl"
+        done = subprocess.run([ctl, "-q", "-n", self.node, *args], env=self.env(),
+                              capture_output=True, text=True, timeout=120, cwd=self.base)
+        if done.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
     def kill(self) -> None:
         """Kill the node at once (SIGKILL), as a crash would; its epmd stays for a restart."""
         for pid in _listeners(self.port) | ({self._proc.pid} if self._proc else set()):
