@@ -7,7 +7,7 @@
 
 _shtab_memfs_subparsers=(mount umount status df doctor handle mcp install-unit history restore log show diff watch gc demo completion)
 
-_shtab_memfs_mount_option_strings=(-h --help --mountpoint -o --bucket --prefix --endpoint-url --region -f --foreground --read-only --metadata-ttl --cache-dir --cache-size --part-size --read-ahead --file-mode --dir-mode --umask --uid --gid --allow-other --s3-attempts --s3-timeout --instance --read-only-paths --max-file-size --max-total-bytes --max-files --log-level -d --debug --log-file)
+_shtab_memfs_mount_option_strings=(-h --help --mountpoint -o --bucket --prefix --endpoint-url --region -f --foreground --read-only --metadata-ttl --events --events-ttl --cache-dir --cache-size --part-size --read-ahead --file-mode --dir-mode --umask --uid --gid --allow-other --s3-attempts --s3-timeout --instance --read-only-paths --max-file-size --max-total-bytes --max-files --log-level -d --debug --log-file)
 _shtab_memfs_umount_option_strings=(-h --help --lazy)
 _shtab_memfs_status_option_strings=(-h --help --json --prometheus --timeout)
 _shtab_memfs_df_option_strings=(-h --help --bucket --prefix --endpoint-url --region)
