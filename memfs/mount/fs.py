@@ -233,8 +233,8 @@ class MemFS(pyfuse3.Operations):
         self._mounted = value
         self.core.kernel = KernelNotifier(self.core.config.mountpoint) if value else Kernel()
         if value and self.signals is None and not self.core.config.read_only:
-            self.signals = Signaller(self.core, self.core.config.mountpoint, self.core.lookup,
-                                     _forget_entry_now)
+            self.signals = Signaller(self.core, self.core.config.mountpoint,
+                                     self.core.listings.resolve, _forget_entry_now)
             self.signals.start()
             self.core.watchers = self.signals
         elif not value and self.signals is not None:
@@ -255,6 +255,9 @@ class MemFS(pyfuse3.Operations):
 
     def _attrs(self, node: Node) -> pyfuse3.EntryAttributes:
         return entry_attributes(node, self.ttl, self.mode_limit, self.owner_fallback)
+
+    def _uncached(self, node: Node) -> pyfuse3.EntryAttributes:
+        return entry_attributes(node, 0, self.mode_limit, self.owner_fallback)
 
     # -- names and attributes ----------------------------------------------------------------
 
@@ -285,8 +288,8 @@ class MemFS(pyfuse3.Operations):
             negative.st_ino = 0
             negative.entry_timeout = 0
             return negative
-        if step is not None and node.detached:  # the signaller's ghost: shown once, uncached
-            return entry_attributes(node, 0, self.mode_limit, self.owner_fallback)
+        if step is not None:  # the signaller's: uncached (a ghost, or not revalidated)
+            return self._uncached(node)
         return self._attrs(node)
 
     @fuse_op
@@ -295,6 +298,8 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def getattr(self, inode: int, ctx=None) -> pyfuse3.EntryAttributes:
+        if self._signal(ctx) is not None:  # (its truncate's size: what the table says)
+            return self._uncached(self.core.node(inode))
         node, cacheable = await self.core.getattr(inode)
         return entry_attributes(node, self.ttl if cacheable else 0, self.mode_limit,
                                 self.owner_fallback)
@@ -302,8 +307,7 @@ class MemFS(pyfuse3.Operations):
     @fuse_op
     async def setattr(self, inode: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:
         if self._signal(ctx) is not None:  # its same-size truncate: nothing changes
-            return entry_attributes(self.core.node(inode), 0, self.mode_limit,
-                                    self.owner_fallback)
+            return self._uncached(self.core.node(inode))
         change = AttrChange(
             size=attr.st_size if fields.update_size else None,
             mode=attr.st_mode if fields.update_mode else None,
@@ -384,7 +388,7 @@ class MemFS(pyfuse3.Operations):
     async def mkdir(self, parent_inode: int, name: bytes, mode: int,
                     ctx) -> pyfuse3.EntryAttributes:
         if (step := self._signal(ctx)) is not None:
-            return self._attrs(await self.signals.made(  # type: ignore[union-attr]
+            return self._uncached(await self.signals.made(  # type: ignore[union-attr]
                 step, parent_inode, decode_name(name)))
         node = await self.core.mkdir(parent_inode, decode_name(name), mode, caller(ctx))
         return self._attrs(node)
@@ -451,7 +455,7 @@ class MemFS(pyfuse3.Operations):
     @fuse_op
     async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx):
         if (step := self._signal(ctx)) is not None:
-            return self._attrs(await self.signals.made(  # type: ignore[union-attr]
+            return self._uncached(await self.signals.made(  # type: ignore[union-attr]
                 step, parent_inode, decode_name(name)))
         node = await self.core.mknod(parent_inode, decode_name(name), mode, rdev, caller(ctx))
         return self._attrs(node)

@@ -202,6 +202,7 @@ class Namespace(Part):
         if info is None:
             self.inodes.detach(path)
             self.listings.remove(node.parent_path(), node.name())
+            self.state.watchers.changed(path, ChangeKind.REMOVED)  # listed, since removed
             return None
         kind = kind_of_mode(info.mode)
         if kind is not node.kind:

@@ -94,14 +94,30 @@ class Signaller(Watchers):
     them from a thread of its own."""
 
     def __init__(self, state: CoreState, mountpoint: Path,
-                 lookup: Callable[[int, str], Awaitable[Node | None]],
+                 resolve: Callable[[Node, str], Awaitable[Node | None]],
                  forget_entry: Callable[[int, str], None]) -> None:
         self.state = state
         # Drops a name from the kernel's cache, blocking: called by the signaller's thread only.
         self._forget_entry = forget_entry
-        self._lookup = lookup  # the core's lookup: the names leading to a change, a made name
+        # The core's name resolution (its listings, no metadata read): a name the kernel asks
+        # the signaller about that the inode table does not hold.
+        self._resolve = resolve
         self.mountpoint = Path(os.path.abspath(mountpoint))
         self._queue: queue.Queue[Step | None] = queue.Queue(CAPACITY)
+        # Paths with a MKNOD or TOUCH queued and not begun: a change heard twice (the bucket's
+        # notification and the writer's announcement) is replayed once. Shared by both threads.
+        self._queued: set[str] = set()
+        # The path whose step the signaller is performing (under ``_lock``): a creation heard
+        # again meanwhile is replayed as a write, not as a second creation.
+        self._performing = ""
+        self._lock = threading.Lock()
+        # Paths whose removal was replayed (trio thread only): the same removal heard again (the
+        # bucket's notification and the remover's announcement) is not replayed twice. A
+        # creation of the path forgets it. Bounded: the oldest go first.
+        self._removed: dict[str, None] = {}
+        # The node a MKNOD or MKDIR in progress was answered with: from then on the signaller's
+        # lookups of the name find it (its open that follows).
+        self.made_node: Node | None = None
         self.tid = 0
         # The step whose syscall is in progress: set by the signaller before the syscall, read
         # by the trio thread while answering it (the syscall is blocked meanwhile).
@@ -125,13 +141,19 @@ class Signaller(Watchers):
 
     def changed(self, path: str, kind: ChangeKind, *, is_dir: bool = False) -> None:
         if kind is ChangeKind.REMOVED:
-            if self._kernel_may_know(path.rpartition("/")[0]):
+            if path not in self._removed and self._kernel_may_know(path.rpartition("/")[0]):
+                self._removed[path] = None
+                if len(self._removed) > CAPACITY:
+                    del self._removed[next(iter(self._removed))]
                 self._put(Step(Op.RMDIR if is_dir else Op.UNLINK, path, is_dir=is_dir))
             return
+        self._removed.pop(path, None)
         node = self.state.inodes.at(path)
-        if node is not None:
-            # Known to the kernel: a file was overwritten (a known directory has nothing new).
-            if node.kind is Kind.FILE:
+        with self._lock:
+            being_made = self._performing == path
+        if node is not None or being_made or self._listed(path):
+            # A name this mount knew: a file was overwritten (a directory has nothing new).
+            if not is_dir and (node is None or node.kind is Kind.FILE):
                 self._put(Step(Op.TOUCH, path))
             return
         # A new name; with the directories leading to it that the kernel has not met either.
@@ -158,16 +180,30 @@ class Signaller(Watchers):
         node = self.state.inodes.at(parent)
         return (node.inode, name) if node is not None else (0, "")
 
+    def _listed(self, path: str) -> bool:
+        """Whether the directory's listing (fresh or not) names ``path``: the kernel may have
+        forgotten the node (it drops unused inodes), but watchers were told of the name."""
+        parent, _, name = path.rpartition("/")
+        node = self.state.inodes.at(parent)
+        return node is not None and node.listing is not None and \
+            node.listing.kind_of(name) is not None
+
     def _kernel_may_know(self, directory: str) -> bool:
         """Nobody can watch a directory the kernel has not looked up: nothing to tell there."""
         return self.state.inodes.at(directory) is not None
 
     def _put(self, step: Step) -> None:
-        try:
-            self._queue.put_nowait(step)
-        except queue.Full:
-            self.stats["dropped"] += 1
-            return
+        coalesced = step.op in (Op.MKNOD, Op.TOUCH)
+        with self._lock:
+            if coalesced and step.path in self._queued:
+                return  # the one queued will show the kernel what S3 holds by then
+            try:
+                self._queue.put_nowait(step)
+            except queue.Full:
+                self.stats["dropped"] += 1
+                return
+            if coalesced:
+                self._queued.add(step.path)
         self.stats["queued"] += 1
 
     # -- the adapter's side (trio thread): is it the signaller asking, and what to answer -----
@@ -179,27 +215,40 @@ class Signaller(Watchers):
     async def lookup(self, step: Step, parent_inode: int, name: str) -> Node | None:
         """The signaller's lookup: none for the name it makes, a ghost for the one it removes
         or moves, the core's answer for the directories leading there."""
-        answer = self.lookup_answer(step, self.state.directory(parent_inode), name)
+        parent = self.state.directory(parent_inode)
+        answer = self.lookup_answer(step, parent, name)
         if answer is Answer.NONE:
             return None
         if answer is Answer.GHOST:
             return self.ghost(step)
-        return await self._lookup(parent_inode, name)
+        return await self._known(parent, name)
 
     async def made(self, step: Step, parent_inode: int, name: str) -> Node:
-        """The signaller's mknod or mkdir: the node the core already has for the new name (its
-        lookup reads S3 as any lookup of it would; nothing is written)."""
-        node = await self._lookup(parent_inode, name)
+        """The signaller's mknod or mkdir: the node for the new name, from the core's listing
+        (a LIST where it expired, as the first lookup of the name would cost; no metadata read:
+        the kernel is given its attributes uncached, and asks again)."""
+        node = await self._known(self.state.directory(parent_inode), name)
         if node is None:
             raise fail(errno.ENOENT)  # gone again meanwhile: nothing to announce
         if (node.kind is Kind.DIR) != (step.op is Op.MKDIR):
             self.state.inodes.forget(node.inode, 1)  # not handed to the kernel after all
             raise fail(errno.EEXIST)
+        self.made_node = node
+        return node
+
+    async def _known(self, parent: Node, name: str) -> Node | None:
+        """The node for ``name``, held for the kernel: the table's when it has one (no S3: the
+        kernel gets it uncached, and its next real use revalidates), else the listing's."""
+        node = self.state.inodes.at(child_path(parent.path, name))
+        if node is None:
+            node = await self._resolve(parent, name)
+        if node is not None:
+            self.state.inodes.hold(node)
         return node
 
     def lookup_answer(self, step: Step, parent: Node, name: str) -> Answer:
         path = child_path(parent.path, name)
-        if step.op in (Op.MKNOD, Op.MKDIR) and path == step.path:
+        if step.op in (Op.MKNOD, Op.MKDIR) and path == step.path and self.made_node is None:
             return Answer.NONE
         if step.op is Op.RENAME and path == step.new:
             return Answer.NONE
@@ -225,6 +274,10 @@ class Signaller(Watchers):
         self.tid = threading.get_native_id()
         self._started.set()
         while (step := self._queue.get()) is not None:
+            with self._lock:
+                self._queued.discard(step.path)
+                self._performing = step.path
+            self.made_node = None
             self.current = step
             try:
                 self._perform(step)
@@ -236,6 +289,8 @@ class Signaller(Watchers):
                 log.debug("signalling %s %s: %s", step.op.value, step.path, exc)
             finally:
                 self.current = None
+                with self._lock:
+                    self._performing = ""
 
     def _perform(self, step: Step) -> None:
         full = str(self.mountpoint / step.path)

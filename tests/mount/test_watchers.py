@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from memfs.watching import TreeWatcher, WatchEvent
-from tests.conftest import BUCKET
+from tests.conftest import BUCKET, needs_moto
+from tests.mount.test_events import Fleet, wait_until
 from tests.support.s3proxy import S3Proxy
 
 TTL = 0.3
@@ -155,3 +158,78 @@ def test_memfs_watch_exit_statuses(mount_factory, tmp_path: Path) -> None:
     missing = memfs_watch(str(b / "no" / "such.md"), "--once")
     assert missing.wait(timeout=30) == 2
     assert "does not exist" in missing.communicate()[1]
+
+
+class Inotifywait:
+    """``inotifywait -m -r`` on a directory, each line stamped when it was read."""
+
+    def __init__(self, top: Path) -> None:
+        self.proc = subprocess.Popen(
+            ["inotifywait", "-m", "-r", "-q", "--format", "%e %w%f", str(top)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[tuple[float, str, str]] = []  # (when, events, path)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            events, _, path = line.rstrip("\n").partition(" ")
+            self.lines.append((time.time(), events, path))
+
+    def first(self, event: str, path: Path, since: float) -> float | None:
+        """When ``event`` (CREATE, MODIFY, DELETE, ...) was first reported for ``path`` after
+        ``since``."""
+        for when, events, seen in list(self.lines):
+            if when >= since and seen == str(path) and event in events.split(","):
+                return when
+        return None
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+@needs_moto("S3 notifications to SNS and SQS (moto serves all three)")
+def test_inotifywait_on_b_hears_a_create_modify_and_delete_of_30_files(
+        proxy: S3Proxy, s3_reset: str, mount_factory) -> None:
+    """The acceptance scenario, with the change feed on (S3 → SNS → SQS, and the mounts'
+    announcements): B's TTL is an hour, so only the events can tell it; B writes nothing."""
+    assert shutil.which("inotifywait"), "inotify-tools is missing: run scripts/bootstrap"
+    fleet = Fleet(s3_reset, mount_factory)
+    a = fleet.mount("a")
+    mount_factory.endpoint = proxy.url
+    b = fleet.mount("b")
+    (a / "work").mkdir()
+    wait_until(lambda: (b / "work").is_dir(), what="the directory on B")
+    assert os.listdir(b / "work") == []
+    watcher = Inotifywait(b)
+    try:
+        wait_watching(watcher.proc)
+        time.sleep(0.5)  # (its recursive watches are set up after the first)
+        proxy.reset_counts()
+        names = [b / "work" / f"f{i:02d}.md" for i in range(30)]
+        for step, event in (("create", "CREATE"), ("modify", "MODIFY"), ("delete", "DELETE")):
+            done: list[float] = []
+            began = time.time()
+            for i, name in enumerate(names):
+                if step == "delete":
+                    os.unlink(a / "work" / name.name)
+                else:
+                    (a / "work" / name.name).write_text(f"{step} {i}\n" * (1 + (step == "modify")))
+                done.append(time.time())
+            for name in names:
+                wait_until(lambda n=name, e=event, t=began:  # type: ignore[misc]
+                           watcher.first(e, n, t) is not None, what=f"{event} {name.name} on B")
+            lags = sorted(max(0.0, (watcher.first(event, n, began) or 0) - t)
+                          for n, t in zip(names, done, strict=True))
+            print(f"{step}: B's inotifywait heard A's 30 changes after p50 "
+                  f"{lags[15] * 1000:.0f} ms, p99 {lags[-1] * 1000:.0f} ms (max)")
+        assert writes(proxy) == {}  # B sent no PUT, COPY or DELETE for all this
+        for event in ("CREATE", "DELETE"):  # once each, though heard twice (S3 and A)
+            assert {n.name: sum(1 for _, e, p in watcher.lines
+                                if p == str(n) and event in e.split(",")) for n in names} == {
+                n.name: 1 for n in names}, event
+    finally:
+        watcher.close()
+        Path("/tmp/h46dbg.txt").write_text(mount_factory.log(b))
