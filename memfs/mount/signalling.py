@@ -5,19 +5,24 @@ Reverse invalidations raise no inotify event (kernel 6.x: ``fuse_reverse_inval_e
 through the VFS. So a remote change is replayed: a thread of the daemon (the *signaller*)
 performs, on the daemon's own mount, the operation a local writer would have made, and the
 adapter recognises its requests by the caller's thread id (FUSE's ``ctx.pid`` is the calling
-thread's id) and answers them from what the core already knows, without S3 and without
-changing anything:
+thread's id) and answers them from what the core already knows (its inode table; for a new
+name its listing, a LIST where that expired), never writing anything:
 
 =================  ======================================  ==========================
 remote change      the signaller does                      a watcher of the mount sees
 =================  ======================================  ==========================
-new file           ``mknod`` (its lookup answered "none")  ``IN_CREATE``
+new file           ``mknod`` (its lookup answered "none"), ``IN_CREATE``, then
+                   then as for an overwritten file         ``IN_MODIFY``, ``IN_CLOSE_WRITE``
 new directory      ``mkdir`` (idem), for each new level    ``IN_CREATE | IN_ISDIR``
 overwritten file   open for writing, same-size             ``IN_MODIFY``,
                    ``ftruncate``, close                    ``IN_CLOSE_WRITE``
 removed name       ``unlink`` / ``rmdir`` of a *ghost*     ``IN_DELETE``
 renamed name       ``rename`` of a ghost to the new name   ``IN_MOVED_FROM``/``_TO``
 =================  ======================================  ==========================
+
+A name is new when neither the inode table nor its directory's listing holds it, or its removal
+was the last thing replayed for it; the same change heard twice (the bucket's notification and
+the writer's announcement) is replayed once.
 
 A ghost is a node that never stands for a path (``InodeTable.ghost``): the kernel is shown it
 for the one lookup of a name that is gone, and forgets it after. The new name of a rename is
@@ -147,11 +152,11 @@ class Signaller(Watchers):
                     del self._removed[next(iter(self._removed))]
                 self._put(Step(Op.RMDIR if is_dir else Op.UNLINK, path, is_dir=is_dir))
             return
-        self._removed.pop(path, None)
+        removed = self._removed.pop(path, False) is None  # (its removal was replayed last)
         node = self.state.inodes.at(path)
         with self._lock:
             being_made = self._performing == path
-        if node is not None or being_made or self._listed(path):
+        if not removed and (node is not None or being_made or self._listed(path)):
             # A name this mount knew: a file was overwritten (a directory has nothing new).
             if not is_dir and (node is None or node.kind is Kind.FILE):
                 self._put(Step(Op.TOUCH, path))

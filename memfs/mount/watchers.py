@@ -34,14 +34,14 @@ class Watchers:
         elsewhere. Costs one pass over the listing, after a LIST that cost far more."""
         if old.files == new.files and old.dirs == new.dirs:
             return
-        for name in new.dirs - old.dirs:
-            self.changed(child_path(directory, name), ChangeKind.CREATED, is_dir=True)
+        # Removals first: a name that became a directory (or a file) goes, then comes back.
         for name in old.dirs - new.dirs:
             self.changed(child_path(directory, name), ChangeKind.REMOVED, is_dir=True)
+        for name in old.files.keys() - new.files.keys():
+            self.changed(child_path(directory, name), ChangeKind.REMOVED)
+        for name in new.dirs - old.dirs:
+            self.changed(child_path(directory, name), ChangeKind.CREATED, is_dir=True)
         for name, info in new.files.items():
             before = old.files.get(name)
             if before is None or (before.etag and info.etag and before.etag != info.etag):
                 self.changed(child_path(directory, name), ChangeKind.CREATED)
-        for name in old.files.keys() - new.files.keys():
-            if name not in new.dirs:
-                self.changed(child_path(directory, name), ChangeKind.REMOVED)
