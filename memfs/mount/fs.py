@@ -237,6 +237,7 @@ class MemFS(pyfuse3.Operations):
                                      self.core.listings.resolve, _forget_entry_now)
             self.signals.start()
             self.core.watchers = self.signals
+            self.core.reports["watchers"] = self.signals.report  # (memfs status --json)
         elif not value and self.signals is not None:
             self.signals.stop()
             self.signals = None

@@ -132,6 +132,11 @@ class Signaller(Watchers):
         self._thread = threading.Thread(target=self._run, name="memfs-signaller", daemon=True)
         self._started = threading.Event()
 
+    def report(self) -> dict[str, int]:
+        """Replays queued, dropped (queue full), sent and failed (refused by the kernel, or the
+        name changed again meanwhile): a section of ``memfs status --json``."""
+        return dict(self.stats)
+
     def start(self) -> None:
         self._thread.start()
         self._started.wait()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from memfs.protocol import XATTR_STATS
 from memfs.watching import TreeWatcher, WatchEvent
 from tests.conftest import BUCKET, needs_moto
 from tests.mount.test_events import Fleet, wait_until
@@ -71,6 +72,8 @@ def test_a_boto3_writers_changes_raise_inotify_events_on_the_mount(
                                   ("old.md", "removed")})
         assert {e.is_dir for e in seen if e.path == "sub"} == {True}
         assert writes(proxy) == {}  # the replay uploads nothing, deletes nothing
+    replays = json.loads(os.getxattr(b, XATTR_STATS))["watchers"]  # memfs status --json
+    assert replays["sent"] >= 4 and replays["dropped"] == 0, replays
     assert (b / "kept.md").read_text() == "v2, longer"  # and the replay changed nothing
     assert (b / "new.md").read_text() == "from elsewhere"
     assert sorted(os.listdir(b)) == ["kept.md", "new.md", "sub"]
