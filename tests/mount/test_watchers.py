@@ -24,6 +24,7 @@ from memfs.protocol import XATTR_STATS
 from memfs.watching import TreeWatcher, WatchEvent
 from tests.conftest import BUCKET, needs_moto
 from tests.mount.test_events import Fleet, events, wait_until
+from tests.mount.test_other_users import open_dir  # noqa: F401 (a fixture)
 from tests.support.s3proxy import S3Proxy
 
 TTL = 0.3
@@ -237,3 +238,28 @@ def test_inotifywait_on_b_hears_a_create_modify_and_delete_of_30_files(
     finally:
         watcher.close()
         Path("/tmp/h46dbg.txt").write_text(mount_factory.log(b))
+
+
+def test_another_users_watch_on_an_allow_other_mount_hears_remote_changes(
+        open_dir: Path, mount_factory, s3) -> None:  # noqa: F811 (the fixture)
+    """User nobody watches an ``--allow-other`` mount it may read; the daemon's replays (as the
+    mount's user) reach nobody's inotify watch like any change would."""
+    s3.put_object(Bucket=BUCKET, Key="team/old.md", Body=b"old")
+    b = mount_factory("", "--allow-other", "--file-mode", "0644", "--dir-mode", "0755",
+                      "--metadata-ttl", str(TTL), mountpoint=open_dir)
+    assert os.listdir(b / "team") == ["old.md"]
+    watcher = subprocess.Popen(
+        ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups",
+         "inotifywait", "-m", "-q", "--format", "%e %f", str(b / "team")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_watching(watcher)
+        s3.put_object(Bucket=BUCKET, Key="team/new.md", Body=b"new")
+        s3.delete_object(Bucket=BUCKET, Key="team/old.md")
+        time.sleep(TTL)
+        assert sorted(os.listdir(b / "team")) == ["new.md"]  # B polls: its TTL lapsed
+        time.sleep(1)  # (the replays, then inotifywait's lines)
+    finally:
+        watcher.terminate()
+        out, err = watcher.communicate(timeout=10)
+    assert {"CREATE new.md", "DELETE old.md"} <= set(out.splitlines()), (out, err)
