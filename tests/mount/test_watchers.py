@@ -263,3 +263,22 @@ def test_another_users_watch_on_an_allow_other_mount_hears_remote_changes(
         watcher.terminate()
         out, err = watcher.communicate(timeout=10)
     assert {"CREATE new.md", "DELETE old.md"} <= set(out.splitlines()), (out, err)
+
+
+@needs_moto("S3 notifications to SNS and SQS (moto serves all three)")
+def test_memfs_watch_on_b_prints_a_write_on_a_with_the_change_feed(
+        s3_reset: str, mount_factory) -> None:
+    """No polling (TTL an hour): the line comes from the event, through the kernel."""
+    fleet = Fleet(s3_reset, mount_factory)
+    a, b = fleet.mount("a"), fleet.mount("b")
+    assert os.listdir(b) == []
+    waiter = memfs_watch(str(b), "--once", "--event", "modified", "--timeout", "30")
+    wait_watching(waiter)
+    began = time.time()
+    (a / "approved.md").write_text("ship it")
+    out, err = waiter.communicate(timeout=60)
+    print(f"memfs watch on B printed A's write {(time.time() - began) * 1000:.0f} ms after it")
+    assert waiter.returncode == 0, err
+    line = json.loads(out)
+    assert (line["path"], line["event"]) == (str(b / "approved.md"), "modified")
+    assert line["writer"].startswith(f"{os.uname().nodename}/")
