@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -20,8 +22,9 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from memfs.memory import MemoryHandler
 from memfs.memory.resources import PAGE_SIZE
-from tests.handler.test_mcp import SERVER, call, free_port, server_env, wire
+from tests.handler.test_mcp import SERVER, WORKTREE, call, free_port, server_env, wire
 
 #: The handshake-era resources/subscribe is what most clients speak; mcp 2.x warns of its
 #: successor (subscriptions/listen, tested below too).
@@ -322,3 +325,52 @@ def test_a_subscriber_on_a_mount_hears_local_writes(mnt: Path) -> None:
     assert uris == ["memory:///handoff/draft.md"]
     assert heard.list_changes() >= 1
     assert all(".memfs" not in str(uri) for _, uri in heard.items)
+
+
+def example(name: str) -> str:
+    """The code block after ``<!-- example: NAME -->`` in docs/HANDLER-integrations.md."""
+    text = (WORKTREE / "docs" / "HANDLER-integrations.md").read_text()
+    found = re.search(rf"<!-- example: {name} -->\n```python\n(.*?)```", text, re.S)
+    assert found, name
+    return found.group(1)
+
+
+def watching(pid: int) -> bool:
+    """Whether a descendant of `pid` holds an inotify descriptor with watches (the server of
+    the example has a subscriber: watching starts with the first resources request)."""
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        fds = Path(f"/proc/{child}/fdinfo")
+        try:
+            if any("inotify wd:" in f.read_text() for f in fds.iterdir()):
+                return True
+        except OSError:
+            continue
+        if watching(int(child)):
+            return True
+    return False
+
+
+def test_the_worked_example_waits_for_the_other_agents_memory(mnt: Path) -> None:
+    """The docs' example, run as written (``/memories`` being this mount), goes on once another
+    agent's memory tool writes the draft it waits for."""
+    code = example("mcp-wait").replace('"/memories"', repr(str(mnt)))
+    env = {**server_env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+                                   f"{os.environ['PATH']}"}
+    reviewer = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + WAIT
+        while not watching(reviewer.pid):
+            assert reviewer.poll() is None, reviewer.communicate()
+            assert time.monotonic() < deadline, "the example never subscribed"
+            time.sleep(0.05)
+        writer = MemoryHandler(mnt, agent_id="writer")
+        writer.run({"command": "create", "path": "/memories/handoff/draft.md",
+                    "file_text": "Ready for review.\n"})
+        out, err = reviewer.communicate(timeout=WAIT)
+    finally:
+        if reviewer.poll() is None:
+            reviewer.kill()
+            reviewer.communicate()
+    assert reviewer.returncode == 0, err
+    assert out == "Ready for review.\n\n"
