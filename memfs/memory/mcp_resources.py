@@ -80,6 +80,9 @@ INVALID_PARAMS = -32602
 COALESCE = 0.05
 #: Seconds a client may take to accept its notifications; one that takes longer is dropped.
 SEND_TIMEOUT = 10.0
+#: Most URIs one client may be subscribed to at once (each change is matched against them all;
+#: a directory URI covers any number of files).
+MAX_SUBSCRIPTIONS = 1_000
 
 Watcher = Callable[[Path], Any]  # a TreeWatcher, or a test's double of one
 
@@ -203,7 +206,11 @@ class ResourceHub:
         return types.ReadResourceResult(contents=[block])
 
     def subscribe(self, session: Any, uri: str) -> None:
-        self.client(session).subs[_parse(uri)] = uri
+        client, target = self.client(session), _parse(uri)
+        if target not in client.subs and len(client.subs) >= MAX_SUBSCRIPTIONS:
+            raise refusal(f"Already subscribed to {MAX_SUBSCRIPTIONS:,} URIs; unsubscribe some, "
+                          "or subscribe to a directory URI (ending in /) that covers them.", uri)
+        client.subs[target] = uri
 
     def unsubscribe(self, session: Any, uri: str) -> None:
         self.client(session).subs.pop(_parse(uri), None)

@@ -350,9 +350,16 @@ def watching(pid: int) -> bool:
     return False
 
 
-def test_the_worked_example_waits_for_the_other_agents_memory(mnt: Path) -> None:
+def vim(path: Path, text: str) -> None:
+    """A person editing in vim: open `path`, type `text`, `:wq` (vim's defaults, no terminal)."""
+    subprocess.run(["vim", "-N", "-u", "DEFAULTS", "-i", "NONE", "-es", f"+normal i{text}",
+                    "+wq", str(path)], check=True, timeout=WAIT)
+
+
+@pytest.mark.parametrize("writer", ["agent", "vim"])
+def test_the_worked_example_waits_for_the_other_agents_memory(mnt: Path, writer: str) -> None:
     """The docs' example, run as written (``/memories`` being this mount), goes on once another
-    agent's memory tool writes the draft it waits for."""
+    agent's memory tool — or a person in vim — writes the draft it waits for."""
     code = example("mcp-wait").replace('"/memories"', repr(str(mnt)))
     env = {**server_env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
                                    f"{os.environ['PATH']}"}
@@ -364,9 +371,13 @@ def test_the_worked_example_waits_for_the_other_agents_memory(mnt: Path) -> None
             assert reviewer.poll() is None, reviewer.communicate()
             assert time.monotonic() < deadline, "the example never subscribed"
             time.sleep(0.05)
-        writer = MemoryHandler(mnt, agent_id="writer")
-        writer.run({"command": "create", "path": "/memories/handoff/draft.md",
-                    "file_text": "Ready for review.\n"})
+        if writer == "agent":
+            MemoryHandler(mnt, agent_id="writer").run({
+                "command": "create", "path": "/memories/handoff/draft.md",
+                "file_text": "Ready for review.\n"})
+        else:
+            (mnt / "handoff").mkdir()
+            vim(mnt / "handoff" / "draft.md", "Ready for review.")
         out, err = reviewer.communicate(timeout=WAIT)
     finally:
         if reviewer.poll() is None:

@@ -286,3 +286,17 @@ def test_the_hub_coalesces_fans_out_and_shuts_down(tmp_path: Path) -> None:
                                "list_changed", "memory:///team/x/y.md", "list_changed"]
     assert bystander.told == ["list_changed", "list_changed", "list_changed"]
     assert broken.told == [] and len(hub.clients) == 2
+
+
+def test_subscriptions_are_bounded(tmp_path: Path) -> None:
+    hub = mcp_resources.ResourceHub(ResourceSpace(MemoryRoot(tmp_path), {}),
+                                    watcher=ScriptedWatcher)
+    session = FakeSession()
+    for i in range(mcp_resources.MAX_SUBSCRIPTIONS):
+        hub.subscribe(session, f"memory:///{i}.md")
+    hub.subscribe(session, "memory:///0.md")  # again: not one more
+    with pytest.raises(Exception, match="Already subscribed to 1,000 URIs") as info:
+        hub.subscribe(session, "memory:///one-more.md")
+    assert info.value.error.data == {"uri": "memory:///one-more.md"}  # type: ignore[attr-defined]
+    hub.unsubscribe(session, "memory:///0.md")
+    hub.subscribe(session, "memory:///one-more.md")
