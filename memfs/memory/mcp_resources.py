@@ -69,8 +69,10 @@ try:  # mcp 2.x: the 2026-07-28 protocol's subscriptions/listen
         ResourcesListChanged,
         ResourceUpdated,
     )
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 except ImportError:  # mcp 1.x
     InMemorySubscriptionBus = None  # type: ignore[assignment,misc]
+    MODERN_PROTOCOL_VERSIONS = ()  # type: ignore[assignment,misc]
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +147,13 @@ class ResourceHub:
     # -- clients ---------------------------------------------------------------------------
 
     def client(self, session: Any) -> Client:
-        """The client `session` belongs to, registered on first use (and watching started)."""
+        """The client `session` belongs to, registered on first use (and watching started).
+        A client of the 2026-07-28 protocol is not kept: it hears changes on the listen streams
+        it opens, never as bare notifications (that protocol allows them nowhere else)."""
+        self.want()
         conn = _connection(session)
+        if getattr(session, "protocol_version", None) in MODERN_PROTOCOL_VERSIONS:
+            return Client(session, conn)
         found = self.clients.get(id(conn))
         if found is None:
             found = self.clients[id(conn)] = Client(session, conn)
@@ -154,7 +161,6 @@ class ResourceHub:
             if stack is not None:  # mcp 2.x: forget the client when its connection closes
                 stack.callback(self.clients.pop, id(conn), None)
         found.session = session  # (2.x: the newest request's; all reach the same client)
-        self.want()
         return found
 
     def want(self) -> None:
@@ -225,17 +231,21 @@ class ResourceHub:
             self._start.set()
         await self._start.wait()
         send, receive = anyio.create_memory_object_stream[list[Change]](64)
-        async with anyio.create_task_group() as tg:
-            for prefix, root in self.space.areas():
-                tg.start_soon(self._watch, prefix, Path(root.path), send.clone())
-            send.close()
-            await self._tell(receive)
+        try:
+            async with anyio.create_task_group() as tg:
+                for prefix, root in self.space.areas():
+                    tg.start_soon(self._watch, prefix, Path(root.path), send.clone())
+                send.close()
+                await self._tell(receive)
+        except Exception:  # a bug here must not stop the server: the tool keeps working
+            log.exception("memfs mcp: watching for resource changes stopped")
 
     async def _watch(self, prefix: tuple[str, ...], root: Path,
                      send: anyio.abc.ObjectSendStream[list[Change]]) -> None:
         async with send:
-            try:
-                watcher = await anyio.to_thread.run_sync(self.watcher, root)
+            try:  # (walks the tree: a server stopping meanwhile does not wait for it)
+                watcher = await anyio.to_thread.run_sync(self.watcher, root,
+                                                         abandon_on_cancel=True)
             except OSError as err:
                 log.warning("memfs mcp: cannot watch %s (%s): subscribers will not hear of "
                             "changes there", root, err)
@@ -263,22 +273,25 @@ class ResourceHub:
                 await self.announce(changes)
 
     async def announce(self, changes: set[Change]) -> None:
-        """Send each client what `changes` mean to it (and publish them on the bus)."""
+        """Send each client what `changes` mean to it, all at once (a slow one delays no other),
+        and publish them on the bus."""
         structural = any(c.structural for c in changes)
-        for key, client in list(self.clients.items()):
-            uris = client.updated(changes)
-            try:
-                with anyio.fail_after(SEND_TIMEOUT):
-                    for uri in sorted(uris):
-                        await client.session.send_resource_updated(uri)
-                    if structural:
-                        await client.session.send_resource_list_changed()
-            except Exception as err:  # gone, or not reading: it hears nothing more
-                log.debug("memfs mcp: dropping a client that cannot be told of changes: %r",
-                          err)
-                self.clients.pop(key, None)
+        async with anyio.create_task_group() as tg:
+            for key, client in list(self.clients.items()):
+                tg.start_soon(self._tell_one, key, client, client.updated(changes), structural)
         if self.bus is not None:
             await self._publish(changes, structural)
+
+    async def _tell_one(self, key: int, client: Client, uris: set[str], structural: bool) -> None:
+        try:
+            with anyio.fail_after(SEND_TIMEOUT):
+                for uri in sorted(uris):
+                    await client.session.send_resource_updated(uri)
+                if structural:
+                    await client.session.send_resource_list_changed()
+        except Exception as err:  # gone, or not reading: it hears nothing more
+            log.debug("memfs mcp: dropping a client that cannot be told of changes: %r", err)
+            self.clients.pop(key, None)
 
     async def _publish(self, changes: set[Change], structural: bool) -> None:
         assert self.bus is not None
