@@ -281,7 +281,16 @@ def test_the_2026_listen_stream_carries_the_same_events(tmp_path: Path) -> None:
         params = StdioServerParameters(command=SERVER[0], args=[
             *SERVER[1:], "--root", str(tmp_path), "--allow-local"], env=server_env())
         events: list[Any] = []
-        async with mcp.Client(params) as client:
+        bare: list[Any] = []  # notifications outside the listen stream: none on this protocol
+
+        async def outside_the_stream(message: Any) -> None:
+            meta = getattr(getattr(message, "params", None), "meta", None) or {}
+            if str(getattr(message, "method", "")).startswith("notifications/resources/") and \
+                    "io.modelcontextprotocol/subscriptionId" not in meta:
+                bare.append(message)
+
+        async with mcp.Client(params, message_handler=outside_the_stream) as client:
+            await client.list_resources()  # a client that uses resources
             async with client.listen(resources_list_changed=True, resource_subscriptions=[
                     "memory:///approved.md", "memory:///reviews/"]) as sub:
                 await client.call_tool("memory", {"command": "create", "path":
@@ -295,6 +304,7 @@ def test_the_2026_listen_stream_carries_the_same_events(tmp_path: Path) -> None:
             with pytest.raises(Exception, match=r"'\.\.'"):
                 async with client.listen(resource_subscriptions=["memory:///../x"]):
                     pass
+        assert bare == []
         return events
 
     events = anyio.run(main)
