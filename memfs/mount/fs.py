@@ -26,7 +26,9 @@ from memfs import protocol
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import Kind, Node, mode_limit
+from memfs.mount.signalling import SIGNAL_FH, Signaller, Step
 from memfs.mount.state import AttrChange, Caller, Kernel, Opened
+from memfs.mount.watchers import Watchers
 from memfs.mountinfo import mount_entries
 from memfs.s3.keynames import NAME_MAX
 from memfs.s3.store import Store
@@ -192,6 +194,13 @@ class KernelNotifier(Kernel):
                                        ignore_enoent=True)
 
 
+def _forget_entry_now(parent_inode: int, name: str) -> None:
+    """Drop a name from the kernel's cache and wait until it is dropped (the signaller's
+    thread: never the loop's, whose requests the kernel may be waiting on)."""
+    with contextlib.suppress(OSError):  # (not cached: nothing to drop)
+        pyfuse3.invalidate_entry(parent_inode, name.encode())
+
+
 class MemFS(pyfuse3.Operations):
     supports_dot_lookup = False
     enable_writeback_cache = False
@@ -206,6 +215,9 @@ class MemFS(pyfuse3.Operations):
         # Nor do owners from the bucket: there they are shown as the mount's user (nodes.py).
         self.owner_fallback = (config.uid, config.gid) if config.allow_other else None
         self._mounted = False
+        # Replays other machines' changes for the kernel's watchers (memfs.mount.signalling):
+        # its requests are answered by the ``signal`` branches below, never by the core.
+        self.signals: Signaller | None = None
 
     # Set by the daemon once pyfuse3 has a session: kernel notifications need one.
     @property
@@ -216,6 +228,19 @@ class MemFS(pyfuse3.Operations):
     def mounted(self, value: bool) -> None:
         self._mounted = value
         self.core.kernel = KernelNotifier(self.core.config.mountpoint) if value else Kernel()
+        if value and self.signals is None and not self.core.config.read_only:
+            self.signals = Signaller(self.core, self.core.config.mountpoint, self.core.lookup,
+                                     _forget_entry_now)
+            self.signals.start()
+            self.core.watchers = self.signals
+        elif not value and self.signals is not None:
+            self.signals.stop()
+            self.signals = None
+            self.core.watchers = Watchers()
+
+    def _signal(self, ctx: Any) -> Step | None:
+        """The signaller's step when it made this request (then answered without the core)."""
+        return self.signals.asking(ctx.pid) if self.signals is not None and ctx else None
 
     @property
     def usage(self):  # the daemon counts usage at mount time
@@ -240,7 +265,11 @@ class MemFS(pyfuse3.Operations):
                 if exc.errno == errno.ENAMETOOLONG:
                     raise
                 raise pyfuse3.FUSEError(errno.ENOENT) from None  # not UTF-8: cannot exist
-        node = await self.core.lookup(parent_inode, text)
+        step = self._signal(ctx)
+        if step is not None:
+            node = await self.signals.lookup(step, parent_inode, text)  # type: ignore[union-attr]
+        else:
+            node = await self.core.lookup(parent_inode, text)
         if node is None:
             # "No such name", not cached by the kernel (timeout 0): the next lookup asks us
             # again, and the core answers from its listing (no request while it is fresh). A
@@ -252,6 +281,8 @@ class MemFS(pyfuse3.Operations):
             negative.st_ino = 0
             negative.entry_timeout = 0
             return negative
+        if step is not None and node.detached:  # the signaller's ghost: shown once, uncached
+            return entry_attributes(node, 0, self.mode_limit, self.owner_fallback)
         return self._attrs(node)
 
     @fuse_op
@@ -266,6 +297,9 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def setattr(self, inode: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:
+        if self._signal(ctx) is not None:  # its same-size truncate: nothing changes
+            return entry_attributes(self.core.node(inode), 0, self.mode_limit,
+                                    self.owner_fallback)
         change = AttrChange(
             size=attr.st_size if fields.update_size else None,
             mode=attr.st_mode if fields.update_mode else None,
@@ -345,11 +379,16 @@ class MemFS(pyfuse3.Operations):
     @fuse_op
     async def mkdir(self, parent_inode: int, name: bytes, mode: int,
                     ctx) -> pyfuse3.EntryAttributes:
+        if (step := self._signal(ctx)) is not None:
+            return self._attrs(await self.signals.made(  # type: ignore[union-attr]
+                step, parent_inode, decode_name(name)))
         node = await self.core.mkdir(parent_inode, decode_name(name), mode, caller(ctx))
         return self._attrs(node)
 
     @fuse_op
     async def rmdir(self, parent_inode: int, name: bytes, ctx=None) -> None:
+        if self._signal(ctx) is not None:
+            return  # its ghost: already gone from the core
         await self.core.rmdir(parent_inode, decode_name(name))
 
     # -- files -------------------------------------------------------------------------------
@@ -362,6 +401,8 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def open(self, inode: int, flags: int, ctx=None) -> pyfuse3.FileInfo:
+        if self._signal(ctx) is not None:  # its open for writing: a handle that holds nothing
+            return _file_info(Opened(SIGNAL_FH, direct_io=False))
         return _file_info(await self.core.open(inode, flags, caller(ctx)))
 
     @fuse_op
@@ -374,6 +415,8 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def flush(self, fh: int) -> None:
+        if fh == SIGNAL_FH:
+            return
         await self.core.flush(fh)
 
     @fuse_op
@@ -382,10 +425,14 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def release(self, fh: int) -> None:
+        if fh == SIGNAL_FH:
+            return
         await self.core.release(fh)
 
     @fuse_op
     async def unlink(self, parent_inode: int, name: bytes, ctx=None) -> None:
+        if self._signal(ctx) is not None:
+            return  # its ghost: already gone from the core
         await self.core.unlink(parent_inode, decode_name(name))
 
     @fuse_op
@@ -399,11 +446,19 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx):
+        if (step := self._signal(ctx)) is not None:
+            return self._attrs(await self.signals.made(  # type: ignore[union-attr]
+                step, parent_inode, decode_name(name)))
         node = await self.core.mknod(parent_inode, decode_name(name), mode, rdev, caller(ctx))
         return self._attrs(node)
 
     @fuse_op
     async def rename(self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes,
                      flags: int, ctx) -> None:
+        if self._signal(ctx) is not None:
+            # Its ghost now has the new name in the kernel's cache: dropped once we reply, so
+            # the next lookup finds the core's node.
+            self.core.kernel.forget_entry(new_parent, decode_name(new_name))
+            return
         await self.core.rename(old_parent, decode_name(old_name), new_parent,
                                decode_name(new_name), flags)

@@ -280,6 +280,8 @@ class ListingCache(Part):
             cache.files[n.name()] = ObjectInfo(n.size, "", n.mtime)
         if dnode.listing is not None and not dnode.listing.same_names(cache):
             self._touch_dir(dnode)  # entries changed elsewhere: as far as we can know, now
+        if dnode.listing is not None:  # what changed elsewhere, for the kernel's watchers
+            self.state.watchers.listing_changed(dnode.path, dnode.listing, cache)
         dnode.listing = cache
         dnode.listing_cut = False  # read to its end
         return cache

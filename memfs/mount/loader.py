@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 
+from memfs.events.change import ChangeKind
 from memfs.mount.blobs import Blob
 from memfs.mount.diskcache import Entry
 from memfs.mount.handles import OpenFile
@@ -137,6 +138,8 @@ class Loader(Part):
             if exc.errno == errno.ENOENT:
                 self._forget_deleted(node)
             raise
+        if node.etag is not None and info.etag != node.etag:
+            self.state.watchers.changed(node.path, ChangeKind.CREATED)  # written elsewhere
         node.apply_info(info, time.time())
         blob = self.state.staged(Blob.from_bytes, self.content.staging, data, info.etag)
         self.state.keep(node.path, blob, info)
@@ -198,6 +201,7 @@ class Loader(Part):
         if not node.detached:
             self.state.inodes.detach(node.path)
             self.listings.remove(node.parent_path(), node.name())
+            self.state.watchers.changed(node.path, ChangeKind.REMOVED)
 
     async def _open_entry(self, entry: Entry) -> Blob | None:
         """A cached version's blob, checked first if it was read back from disk."""

@@ -15,6 +15,7 @@ import time
 
 from memfs import protocol
 from memfs.countedlog import CountedWarning
+from memfs.events.change import ChangeKind
 from memfs.mount.hiddenkeys import HiddenKeys
 from memfs.mount.listings import ListingCache
 from memfs.mount.nodes import (
@@ -270,6 +271,7 @@ class Namespace(Part):
         if info is None:
             self.inodes.detach(node.path)
             self.listings.remove(node.parent_path(), node.name())
+            self.state.watchers.changed(node.path, ChangeKind.REMOVED)  # removed elsewhere
             raise fail(errno.ENOENT)
         if info.mode is not None and kind_of_mode(info.mode) is not node.kind:
             # The kernel cannot change an inode's type (it would report EIO): keep answering
@@ -277,6 +279,8 @@ class Namespace(Part):
             # gives the name a new inode of the right type.
             self._relookup(node)
             return node, False
+        if node.etag is not None and info.etag != node.etag:
+            self.state.watchers.changed(node.path, ChangeKind.CREATED)  # written elsewhere
         node.apply_info(info, time.time())
         node.meta_known = True
         return node, True

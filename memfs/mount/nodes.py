@@ -352,6 +352,15 @@ class InodeTable:
         self._put(path, node)
         return node
 
+    def ghost(self, path: str, kind: Kind, mode: int, uid: int, gid: int) -> Node:
+        """A node for a name that is already gone, known by inode only: what the kernel is
+        shown while it replays a change made elsewhere (``memfs.mount.signalling``). It never
+        stands for ``path``; the kernel's forget drops it."""
+        node = Node(self._next, path, kind, mode, uid, gid, detached=True, meta_known=True)
+        self._next += 1
+        self.by_inode[node.inode] = node
+        return node
+
     def detach(self, path: str) -> Node | None:
         """The name ``path`` (and, for a directory, every name below it) no longer exists."""
         node = self._pop(path)
