@@ -25,6 +25,7 @@ from mcp.client.stdio import stdio_client
 from memfs.memory import MemoryHandler
 from memfs.memory.resources import PAGE_SIZE
 from tests.handler.test_mcp import SERVER, WORKTREE, call, free_port, server_env, wire
+from tests.support.s3proxy import S3Proxy
 
 #: The handshake-era resources/subscribe is what most clients speak; mcp 2.x warns of its
 #: successor (subscriptions/listen, tested below too).
@@ -395,3 +396,63 @@ def test_the_worked_example_waits_for_the_other_agents_memory(mnt: Path, writer:
             reviewer.communicate()
     assert reviewer.returncode == 0, err
     assert out == "Ready for review.\n\n"
+
+
+# -- remote changes: another mount, a bucket writer ------------------------------------------------
+
+TTL = 0.3
+WRITES = ("PUT", "COPY", "DELETE", "DELETE_MULTI", "MPU_CREATE", "MPU_PART", "MPU_PART_COPY",
+          "MPU_COMPLETE", "OTHER")
+
+
+async def look_until(heard: Heard, b: Path, done: Callable[[], bool]) -> None:
+    """Wait for `done`, listing B's directories once its TTL lapses: how a mount without a
+    change feed learns of other machines' changes (a feed tells it at once)."""
+    with anyio.fail_after(WAIT):
+        while not done():
+            for directory, _, _ in os.walk(b):
+                os.listdir(directory)
+            await anyio.sleep(TTL)
+
+
+def test_a_subscriber_on_b_hears_another_mounts_and_a_bucket_writers_changes(
+        mount_factory: Any, s3: Any, s3_reset: str) -> None:
+    """The done-when of issue 46: an MCP client subscribed on mount B hears what mount A's agent
+    and a boto3 writer change, and B sends no write to S3 meanwhile (counted on the wire)."""
+    from tests.conftest import BUCKET
+
+    a = mount_factory("", "--metadata-ttl", str(TTL))
+    with S3Proxy(s3_reset) as proxy:
+        mount_factory.endpoint = proxy.url
+        b = mount_factory("", "--metadata-ttl", str(TTL))
+        (a / "handoff").mkdir()
+        (a / "handoff" / "old.md").write_text("old\n")
+        time.sleep(TTL)
+        assert os.listdir(b / "handoff") == ["old.md"]  # what B knew before
+
+        async def main() -> tuple[Heard, str]:
+            async with session(b, "--agent-id", "reviewer") as (s, heard):
+                await s.subscribe_resource("memory:///handoff/")
+                await s.subscribe_resource("memory:///approved.md")
+                await anyio.sleep(1)  # the watcher has walked B's tree
+                proxy.reset_counts()
+                MemoryHandler(a, agent_id="writer").run({
+                    "command": "create", "path": "/memories/handoff/draft.md",
+                    "file_text": "Ready for review.\n"})
+                (a / "handoff" / "old.md").unlink()
+                s3.put_object(Bucket=BUCKET, Key="approved.md", Body=b"yes\n")
+                want = {"memory:///handoff/draft.md", "memory:///handoff/old.md",
+                        "memory:///approved.md"}
+                await look_until(heard, b, lambda: want <= set(heard.updated()))
+                await heard.until(lambda: heard.list_changes() >= 1)
+                draft = wire(await s.read_resource("memory:///handoff/draft.md"))
+                return heard, draft["contents"][0]["text"]
+
+        heard, draft = anyio.run(main)
+        written = {op: n for op, n in proxy.counts().items() if n and op in WRITES}
+    assert draft == "Ready for review.\n"
+    assert written == {}  # B's watcher, its signalling and the notifications upload nothing
+    assert set(heard.updated()) == {"memory:///handoff/draft.md", "memory:///handoff/old.md",
+                                    "memory:///approved.md"}
+    assert s3.get_object(Bucket=BUCKET, Key="handoff/draft.md")["Body"].read() == (
+        b"Ready for review.\n")
