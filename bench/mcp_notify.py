@@ -11,9 +11,13 @@ return to the client holding the notification of that file's URI is recorded:
 * ``--writer boto3``: PUT/DELETE straight to the bucket (a bucket writer).
 
 Mount B talks to S3 through the counting proxy, so its requests while only others write are
-counted too (B must send no PUT, COPY or DELETE). Run::
+counted too (B must send no PUT, COPY or DELETE). A mount learns of other machines' changes
+from a change feed at once; without one, when it revalidates a directory after its TTL:
+``--look S`` lists B's tree every S seconds meanwhile (a stand-in for the feed; its LISTs are
+counted). Run::
 
     python -m bench.mcp_notify --files 30 --writer local [--ttl 1] [--timeout 5]
+    python -m bench.mcp_notify --files 30 --writer remote --ttl 0.2 --look 0.2
 
 Times are wall-clock on a shared machine; quote them with the machine's load.
 """
@@ -68,7 +72,15 @@ class Writer:
             self.handler.run({"command": "create", "path": path, "file_text": f"{step} {i}\n"})
 
 
-async def measure(b: Path, write: Writer, files: int, timeout: float) -> dict[str, list[float]]:
+async def look(b: Path, every: float) -> None:
+    """List every directory of B, every `every` seconds, until cancelled."""
+    while True:
+        await anyio.to_thread.run_sync(lambda: [os.listdir(d) for d, _, _ in os.walk(b)])
+        await anyio.sleep(every)
+
+
+async def measure(b: Path, write: Writer, files: int, timeout: float,
+                  every: float | None) -> dict[str, list[float]]:
     """Seconds from each write's return to its notification (inf: not heard within timeout)."""
     heard: dict[str, float] = {}
 
@@ -85,21 +97,32 @@ async def measure(b: Path, write: Writer, files: int, timeout: float) -> dict[st
         await s.initialize()
         await s.subscribe_resource("memory:///bench/")
         await anyio.sleep(1.0)  # the watcher has started and walked the tree
-        for step in out:
-            for i in range(files):
-                uri = f"memory:///bench/f{i}.md"
-                heard.pop(uri, None)
-                await anyio.to_thread.run_sync(write, step, i)
-                done = time.monotonic()
-                with anyio.move_on_after(timeout):
-                    while uri not in heard:
-                        await anyio.sleep(0.002)
-                out[step].append(heard[uri] - done if uri in heard else float("inf"))
-                await anyio.sleep(0.05)  # one change at a time: no coalescing across files
+        async with anyio.create_task_group() as tg:
+            if every is not None:
+                tg.start_soon(look, b, every)
+            await steps(heard, write, files, timeout, out)
+            tg.cancel_scope.cancel()
     return out
 
 
-def run(files: int, kind: str, ttl: str, timeout: float) -> list[dict[str, Any]]:
+async def steps(heard: dict[str, float], write: Writer, files: int, timeout: float,
+                out: dict[str, list[float]]) -> None:
+    """Each step on each file, one at a time; the seconds until its URI was heard."""
+    for step in out:
+        for i in range(files):
+            uri = f"memory:///bench/f{i}.md"
+            heard.pop(uri, None)
+            await anyio.to_thread.run_sync(write, step, i)
+            done = time.monotonic()
+            with anyio.move_on_after(timeout):
+                while uri not in heard:
+                    await anyio.sleep(0.002)
+            out[step].append(heard[uri] - done if uri in heard else float("inf"))
+            await anyio.sleep(0.05)  # one change at a time: no coalescing across files
+
+
+def run(files: int, kind: str, ttl: str, timeout: float,
+        every: float | None) -> list[dict[str, Any]]:
     with targets.moto_server() as moto, S3Proxy(moto) as proxy:
         targets.create_bucket(moto, BUCKET)
         work = Path(tempfile.mkdtemp(prefix="mcp-notify-"))
@@ -111,7 +134,7 @@ def run(files: int, kind: str, ttl: str, timeout: float) -> list[dict[str, Any]]
             (b / "bench").mkdir()
             write = Writer(kind, a, b, moto)
             proxy.reset_counts()
-            lat = anyio.run(measure, b, write, files, timeout)
+            lat = anyio.run(measure, b, write, files, timeout, every)
             counts = proxy.counts()
         finally:
             problems = direct.close() + counted.close()
@@ -135,10 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttl", default="1", help="--metadata-ttl of both mounts")
     ap.add_argument("--timeout", type=float, default=5.0,
                     help="seconds to wait for each notification")
+    ap.add_argument("--look", type=float, default=None, metavar="S",
+                    help="list B's tree every S seconds (how B learns without a change feed)")
     args = ap.parse_args(argv)
-    rows = run(args.files, args.writer, args.ttl, args.timeout)
-    table = Table(f"MCP notifications: {args.files} files, writer {args.writer}, ttl {args.ttl} s",
-                  list(rows[0]))
+    rows = run(args.files, args.writer, args.ttl, args.timeout, args.look)
+    table = Table(f"MCP notifications: {args.files} files, writer {args.writer}, ttl {args.ttl} s,"
+                  f" look {args.look} s", list(rows[0]))
     for row in rows:
         table.add(row.values())
     print(table.text())
