@@ -31,6 +31,7 @@ from tests.support.s3proxy import S3Proxy
 #: successor (subscriptions/listen, tested below too).
 pytestmark = pytest.mark.filterwarnings("ignore:resources/.*subscribe is removed")
 WAIT = 60  # seconds a notification may take before the test fails (a loaded machine)
+TTL = 0.3  # --metadata-ttl of the mounts that hear other mounts' changes
 
 
 class Heard:
@@ -367,11 +368,16 @@ def vim(path: Path, text: str) -> None:
                     "+wq", str(path)], check=True, timeout=WAIT)
 
 
-@pytest.mark.parametrize("writer", ["agent", "vim"])
-def test_the_worked_example_waits_for_the_other_agents_memory(mnt: Path, writer: str) -> None:
-    """The docs' example, run as written (``/memories`` being this mount), goes on once another
-    agent's memory tool — or a person in vim — writes the draft it waits for."""
-    code = example("mcp-wait").replace('"/memories"', repr(str(mnt)))
+@pytest.mark.parametrize(("writer", "where"), [("agent", "same mount"), ("vim", "same mount"),
+                                               ("agent", "other mount"), ("vim", "other mount")])
+def test_the_worked_example_waits_for_the_other_agents_memory(mount_factory: Any, writer: str,
+                                                              where: str) -> None:
+    """The docs' example, run as written (``/memories`` being mount B), goes on once another
+    agent's memory tool — or a person in vim — writes the draft it waits for, on B or on another
+    machine's mount A."""
+    b = mount_factory("", "--metadata-ttl", str(TTL))
+    a = b if where == "same mount" else mount_factory("", "--metadata-ttl", str(TTL))
+    code = example("mcp-wait").replace('"/memories"', repr(str(b)))
     env = {**server_env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
                                    f"{os.environ['PATH']}"}
     reviewer = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
@@ -383,12 +389,17 @@ def test_the_worked_example_waits_for_the_other_agents_memory(mnt: Path, writer:
             assert time.monotonic() < deadline, "the example never subscribed"
             time.sleep(0.05)
         if writer == "agent":
-            MemoryHandler(mnt, agent_id="writer").run({
+            MemoryHandler(a, agent_id="writer").run({
                 "command": "create", "path": "/memories/handoff/draft.md",
                 "file_text": "Ready for review.\n"})
         else:
-            (mnt / "handoff").mkdir()
-            vim(mnt / "handoff" / "draft.md", "Ready for review.")
+            (a / "handoff").mkdir()
+            vim(a / "handoff" / "draft.md", "Ready for review.")
+        while reviewer.poll() is None:  # B looks, as a mount without a change feed must
+            assert time.monotonic() < deadline + WAIT, "the example never went on"
+            for directory, _, _ in os.walk(b):
+                os.listdir(directory)
+            time.sleep(TTL)
         out, err = reviewer.communicate(timeout=WAIT)
     finally:
         if reviewer.poll() is None:
@@ -400,7 +411,6 @@ def test_the_worked_example_waits_for_the_other_agents_memory(mnt: Path, writer:
 
 # -- remote changes: another mount, a bucket writer ------------------------------------------------
 
-TTL = 0.3
 WRITES = ("PUT", "COPY", "DELETE", "DELETE_MULTI", "MPU_CREATE", "MPU_PART", "MPU_PART_COPY",
           "MPU_COMPLETE", "OTHER")
 
