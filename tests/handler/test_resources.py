@@ -300,3 +300,43 @@ def test_subscriptions_are_bounded(tmp_path: Path) -> None:
     assert info.value.error.data == {"uri": "memory:///one-more.md"}  # type: ignore[attr-defined]
     hub.unsubscribe(session, "memory:///0.md")
     hub.subscribe(session, "memory:///one-more.md")
+
+
+@pytest.mark.parametrize("failure", [OSError(28, "inotify watch limit reached"),
+                                     RuntimeError("a bug")])
+def test_a_watcher_that_fails_stops_nothing_else(tmp_path: Path, failure: Exception,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """Watching is a side line: whatever goes wrong there is logged, and the server (the tool,
+    listing and reading) goes on; the other root is still watched after an OSError."""
+    (tmp_path / "alice").mkdir()
+    (tmp_path / "team").mkdir()
+    ScriptedWatcher.made = []
+
+    def watcher(root: Path) -> ScriptedWatcher:
+        if root.name == "alice":
+            raise failure
+        return ScriptedWatcher(root)
+
+    space = ResourceSpace(MemoryRoot(tmp_path / "alice"), {"team": MemoryRoot(tmp_path / "team")})
+    hub = mcp_resources.ResourceHub(space, watcher=watcher)
+    session = FakeSession()
+
+    async def main() -> None:
+        async with mcp_resources.running(hub):
+            hub.subscribe(session, "memory:///")
+            with anyio.fail_after(10):
+                while str(failure) not in caplog.text:
+                    await anyio.sleep(0.01)
+            if isinstance(failure, OSError):  # the shared area is watched all the same
+                with anyio.fail_after(10):
+                    while not ScriptedWatcher.made:
+                        await anyio.sleep(0.01)
+                ScriptedWatcher.made[0].push(WatchEvent("plan.md", "modified", False, 0))
+                with anyio.fail_after(10):
+                    while not session.told:
+                        await anyio.sleep(0.01)
+            assert (await hub.list_page(session, None)).resources == []
+
+    anyio.run(main)
+    assert session.told == (["memory:///team/plan.md"] if isinstance(failure, OSError) else [])
+    assert str(failure) in caplog.text
