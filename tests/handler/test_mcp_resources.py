@@ -268,10 +268,31 @@ def test_a_subscriber_hears_over_streamable_http(tmp_path: Path) -> None:
 
         heard = anyio.run(main)
         assert heard.updated() == ["memory:///handoff.md"]
+        if hasattr(mcp, "Client"):  # mcp 2.x: the 2026-07-28 protocol's listen stream too
+            assert anyio.run(listen_over_http, url, bearer) == [
+                ("ResourceUpdated", "memory:///reply.md"), ("ResourcesListChanged", None)]
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
     assert proc.returncode in (0, -15)
+
+
+async def listen_over_http(url: str, bearer: dict[str, str]) -> list[tuple[str, str | None]]:
+    """The events a 2026-07-28 client's listen stream gets for one write through the tool."""
+    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+    transport = streamable_http_client(url, http_client=create_mcp_http_client(headers=bearer))
+    events: list[tuple[str, str | None]] = []
+    reply = {"command": "create", "path": "/memories/reply.md", "file_text": "seen\n"}
+    async with mcp.Client(transport) as client, client.listen(
+            resources_list_changed=True, resource_subscriptions=["memory:///reply.md"]) as sub:
+        await client.call_tool("memory", reply)
+        with anyio.fail_after(WAIT):
+            async for event in sub:
+                events.append((type(event).__name__, getattr(event, "uri", None)))
+                if len(events) == 2:
+                    break
+    return sorted(events, key=lambda e: e[0] != "ResourceUpdated")
 
 
 def test_the_2026_listen_stream_carries_the_same_events(tmp_path: Path) -> None:
