@@ -16,7 +16,7 @@ from memfs import DISTRIBUTION
 
 #: Top-level module → the extra that installs it.
 EXTRA_OF = {"anthropic": "anthropic", "mcp": "mcp", "moto": "demo", "anyio": "mcp",
-            "uvicorn": "mcp", "starlette": "mcp"}
+            "uvicorn": "mcp", "starlette": "mcp", "pika": "events"}
 
 
 class MissingExtra(ModuleNotFoundError):

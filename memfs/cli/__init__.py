@@ -6,7 +6,7 @@ usage, 130 interrupted. Options with an environment twin read ``MEMFS_<OPTION>``
 command line wins. Modules: ``base`` (parser, style, twins), ``mount`` (mount, umount), ``df``,
 ``fuse_conventions`` (SOURCE and -o as mount(8) gives them), ``status``, ``doctor``,
 ``handle`` (handle, mcp), ``install`` (install-unit), ``history`` (history, restore, log),
-``versions`` (show, diff), ``gc``, ``demo``,
+``versions`` (show, diff), ``watch``, ``gc``, ``demo``,
 ``completion``; ``text`` formats tables. The work itself is in ``memfs.memory``,
 ``memfs.ops``, ``memfs.mount`` and ``memfs.demo``, imported when a command needs it.
 """
@@ -30,13 +30,14 @@ from memfs.cli import (
     mount,
     status,
     versions,
+    watch,
 )
 from memfs.cli.base import PROG, Parser, dispatch
 from memfs.cli.fuse_conventions import as_mount_argv
 
 #: Subcommands in the order ``memfs --help`` lists them.
-COMMAND_MODULES = (mount, status, df, doctor, handle, install, history, versions, gc, demo,
-                   completion)
+COMMAND_MODULES = (mount, status, df, doctor, handle, install, history, versions, watch, gc,
+                   demo, completion)
 
 
 class _ShowVersion(argparse.Action):

@@ -61,6 +61,16 @@ def register(sub: Any) -> None:
     option(m, "--metadata-ttl", metavar="SECONDS", env=True,
            help="how long listings and attributes are trusted before asking S3 again; changes "
            "made elsewhere show within this time (default 1)")
+    option(m, "--events", metavar="SPEC", env=True,
+           help="hear changes made elsewhere from a change feed, within milliseconds: "
+           "'sqs:<queue URL>' (S3's notifications through SNS/SQS, one queue per mount) or "
+           "'amqp://HOST:PORT/VHOST?exchange=NAME' (RabbitMQ; this mount announces its own "
+           "changes there too); see `memfs events setup`. Polling by --metadata-ttl stays the "
+           "fallback while the feed is down (default: none)")
+    option(m, "--events-ttl", metavar="SECONDS", env=True,
+           help="with --events, how long listings and attributes are trusted while the feed "
+           "is healthy (never less than --metadata-ttl; default 60): what a lost event can "
+           "cost at most")
     complete_as(option(m, "--cache-dir", metavar="DIR", env=True,
                        help="where the mount keeps its content cache and staged open files, "
                        "and a background daemon its log (default ~/.cache/memfs; --log-file "
@@ -220,6 +230,8 @@ def mount_config(args: argparse.Namespace, twins: Twins) -> MountConfig:
             ("part_size", _size("--part-size", pick("part_size"))),
             ("read_ahead", _number(int, "--read-ahead", pick("read_ahead"))),
             ("metadata_ttl", _number(float, "--metadata-ttl", pick("metadata_ttl"))),
+            ("events_ttl", _number(float, "--events-ttl", pick("events_ttl"))),
+            ("events", pick("events") or None),
             ("uid", _number(int, "--uid", pick("uid"))),
             ("gid", _number(int, "--gid", pick("gid")))):
         if value is not None:

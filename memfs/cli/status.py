@@ -145,7 +145,53 @@ def prometheus(statuses: list[dict[str, Any]]) -> str:
             for outcome, n in sorted(outcomes.items()):
                 lines.append(f'memfs_s3_requests_total{{mountpoint="{_label(st["mountpoint"])}",'
                              f'operation="{op}",outcome="{outcome}"}} {n}')
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + events_prometheus(statuses)) + "\n"
+
+
+#: The states a change feed reports (``memfs.events.change.FeedState``), and "off".
+FEED_STATES = ("off", "connecting", "healthy", "down")
+
+
+def events_prometheus(statuses: list[dict[str, Any]]) -> list[str]:
+    """The change feed's series: its state (one gauge per state, 1 for the current one),
+    events by what became of them, and the lag of the last ones heard."""
+    lines = ["# HELP memfs_events_state The change feed's state (--events), 1 for the current",
+             "# TYPE memfs_events_state gauge"]
+    for st in statuses:
+        now = (st.get("events") or {}).get("state", "off")
+        for state in FEED_STATES:
+            lines.append(f'memfs_events_state{{mountpoint="{_label(st["mountpoint"])}",'
+                         f'state="{state}"}} {int(state == now)}')
+    lines += ["# HELP memfs_events_total Change events seen, applied, ignored; and published",
+              "# TYPE memfs_events_total counter"]
+    for st in statuses:
+        ev = st.get("events") or {}
+        for what in ("seen", "applied", "ignored", "published"):
+            lines.append(f'memfs_events_total{{mountpoint="{_label(st["mountpoint"])}",'
+                         f'result="{what}"}} {ev.get(what, 0)}')
+    lines += ["# HELP memfs_events_lag_seconds From a change to this mount hearing it "
+              "(the last 1,000 events)", "# TYPE memfs_events_lag_seconds gauge"]
+    for st in statuses:
+        lag = (st.get("events") or {}).get("lag_ms") or {}
+        for q, key in (("0.5", "p50"), ("0.99", "p99")):
+            if lag.get(key) is not None:
+                lines.append(f'memfs_events_lag_seconds{{mountpoint="{_label(st["mountpoint"])}",'
+                             f'quantile="{q}"}} {lag[key] / 1000}')
+    return lines
+
+
+def events_line(st: dict[str, Any]) -> str | None:
+    """The change feed in one line (``memfs status``), or None without one."""
+    ev = st.get("events") or {}
+    if ev.get("state", "off") == "off":
+        return None
+    lag = ev.get("lag_ms") or {}
+    lags = (f", lag p50 {lag['p50']} ms p99 {lag['p99']} ms" if lag.get("p50") is not None
+            else "")
+    why = f" ({ev['reason']})" if ev.get("state") != "healthy" and ev.get("reason") else ""
+    return (f"events: {ev['state']}{why}, {ev.get('feed')}; {ev.get('seen', 0)} seen, "
+            f"{ev.get('applied', 0)} applied, {ev.get('ignored', 0)} ignored, "
+            f"{ev.get('published', 0)} published{lags}; metadata kept {ev.get('ttl_s')}s")
 
 
 def _label(value: str) -> str:
@@ -189,6 +235,8 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         for st in statuses:  # what the endpoint does not enforce, and what memfs does instead
             for line in endpoint_notes(st):
                 ctx.say(f"{st['mountpoint']}: endpoint: {line}")
+            if feed := events_line(st):
+                ctx.say(f"{st['mountpoint']}: {feed}")
             if st.get("invalid_metadata"):
                 ctx.say(f"{st['mountpoint']}: {st['invalid_metadata']:,} objects read with "
                         "invalid metadata, ignored (the daemon's log names the first)")

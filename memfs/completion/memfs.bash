@@ -5,9 +5,9 @@
 #    source ~/.local/share/bash_completion/memfs
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
-_shtab_memfs_subparsers=(mount umount status df doctor handle mcp install-unit history restore log show diff gc demo completion)
+_shtab_memfs_subparsers=(mount umount status df doctor handle mcp install-unit history restore log show diff watch gc demo completion)
 
-_shtab_memfs_mount_option_strings=(-h --help --mountpoint -o --bucket --prefix --endpoint-url --region -f --foreground --read-only --metadata-ttl --cache-dir --cache-size --part-size --read-ahead --file-mode --dir-mode --umask --uid --gid --allow-other --s3-attempts --s3-timeout --instance --read-only-paths --max-file-size --max-total-bytes --max-files --log-level -d --debug --log-file)
+_shtab_memfs_mount_option_strings=(-h --help --mountpoint -o --bucket --prefix --endpoint-url --region -f --foreground --read-only --metadata-ttl --events --events-ttl --cache-dir --cache-size --part-size --read-ahead --file-mode --dir-mode --umask --uid --gid --allow-other --s3-attempts --s3-timeout --instance --read-only-paths --max-file-size --max-total-bytes --max-files --log-level -d --debug --log-file)
 _shtab_memfs_umount_option_strings=(-h --help --lazy)
 _shtab_memfs_status_option_strings=(-h --help --json --prometheus --timeout)
 _shtab_memfs_df_option_strings=(-h --help --bucket --prefix --endpoint-url --region)
@@ -20,6 +20,7 @@ _shtab_memfs_restore_option_strings=(-h --help --version --bucket --prefix --end
 _shtab_memfs_log_option_strings=(-h --help --since --limit --json --all --bucket --prefix --endpoint-url --region)
 _shtab_memfs_show_option_strings=(-h --help --bucket --prefix --endpoint-url --region)
 _shtab_memfs_diff_option_strings=(-h --help --bucket --prefix --endpoint-url --region)
+_shtab_memfs_watch_option_strings=(-h --help --once --timeout --event --allow-local)
 _shtab_memfs_gc_option_strings=(-h --help --policy --dry-run --list --json --quiet --bucket --prefix --endpoint-url --region)
 _shtab_memfs_demo_option_strings=(-h --help --keep --bucket --prefix --endpoint-url --region)
 _shtab_memfs_completion_option_strings=(-h --help)
@@ -37,10 +38,12 @@ _shtab_memfs_history_pos_0_COMPGEN=_shtab_compgen_files
 _shtab_memfs_restore_pos_0_COMPGEN=_shtab_compgen_files
 _shtab_memfs_show_pos_0_COMPGEN=_shtab_compgen_files
 _shtab_memfs_diff_pos_0_COMPGEN=_shtab_compgen_files
+_shtab_memfs_watch_pos_0_COMPGEN=_shtab_compgen_files
 
 _shtab_memfs_mcp___transport_choices=(stdio http)
+_shtab_memfs_watch___event_choices=(created modified removed moved_from moved_to attrib overflow)
 _shtab_memfs_completion_pos_0_choices=(bash zsh)
-_shtab_memfs_pos_0_choices=(mount umount status df doctor handle mcp install-unit history restore log show diff gc demo completion)
+_shtab_memfs_pos_0_choices=(mount umount status df doctor handle mcp install-unit history restore log show diff watch gc demo completion)
 
 _shtab_memfs_mount_pos_0_nargs='*'
 _shtab_memfs_mount__h_nargs=0
@@ -91,6 +94,11 @@ _shtab_memfs_show__h_nargs=0
 _shtab_memfs_show___help_nargs=0
 _shtab_memfs_diff__h_nargs=0
 _shtab_memfs_diff___help_nargs=0
+_shtab_memfs_watch_pos_0_nargs=+
+_shtab_memfs_watch__h_nargs=0
+_shtab_memfs_watch___help_nargs=0
+_shtab_memfs_watch___once_nargs=0
+_shtab_memfs_watch___allow_local_nargs=0
 _shtab_memfs_gc__h_nargs=0
 _shtab_memfs_gc___help_nargs=0
 _shtab_memfs_gc___dry_run_nargs=0

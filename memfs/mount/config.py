@@ -15,6 +15,9 @@ from pathlib import Path
 from memfs.locations import ConfigError, check_bucket, check_endpoint_url, normalize_prefix
 
 DEFAULT_METADATA_TTL = 1.0
+#: How long what a mount learned stays fresh while its change feed is healthy (``--events-ttl``):
+#: the feed tells it of changes sooner; this bounds the cost of an event lost in the broker.
+DEFAULT_EVENTS_TTL = 60.0
 MIN_PART_SIZE = 5 * 1024**2
 MAX_PART_SIZE = 5 * 1024**3
 
@@ -57,6 +60,10 @@ class MountConfig:
     # Part-size ranged GETs a sequential reader of a big file keeps in flight (the window grows
     # to it; the whole mount's read-ahead never exceeds it); 0 fetches only what reads need.
     read_ahead: int = 10
+    # A change feed (``--events``: ``sqs:<queue URL>``, ``amqp://...``; memfs.events) and how
+    # long metadata stays fresh while it is healthy (never shorter than ``metadata_ttl``).
+    events: str | None = None
+    events_ttl: float = DEFAULT_EVENTS_TTL
 
     def __post_init__(self) -> None:
         if not self.bucket:
@@ -66,6 +73,10 @@ class MountConfig:
             check_endpoint_url(self.endpoint_url)
         if self.metadata_ttl < 0:
             raise ConfigError(f"--metadata-ttl must be >= 0 seconds, got {self.metadata_ttl}")
+        if self.events_ttl < 0:
+            raise ConfigError(f"--events-ttl must be >= 0 seconds, got {self.events_ttl}")
+        if self.events is not None and not self.events.strip():
+            object.__setattr__(self, "events", None)
         if self.max_attempts < 1:
             raise ConfigError(f"--s3-attempts must be at least 1, got {self.max_attempts}")
         if self.connect_timeout <= 0 or self.read_timeout <= 0:

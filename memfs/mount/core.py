@@ -11,7 +11,9 @@ class in a module of its own, given the state and the parts it uses:
 * ``upload.Uploader`` — bytes and metadata to S3, lost races, conflict copies;
 * ``data.DataPath`` — open files: create, open, read, write, truncate, flush, fsync;
 * ``transactions.Transactions`` — memfs's extended attributes and private transactions;
-* ``rename.Renames`` — rename of files and directories, COPY + DELETE.
+* ``rename.Renames`` — rename of files and directories, COPY + DELETE;
+* ``hints.RemoteChanges`` — changes heard from a change feed: what they make doubtful is
+  forgotten (``announce.Announcer``, on the state, tells the feed of this mount's own).
 
 The core speaks in nodes, handles and errnos (it raises ``OSError``; ``StoreError`` is one). The
 pyfuse3 adapter (``memfs.mount.fs``) decodes names, builds the kernel's attributes and is the one
@@ -29,6 +31,7 @@ from typing import Any
 from memfs.mount.data import DataPath
 from memfs.mount.dirhandles import DirHandles
 from memfs.mount.hiddenkeys import HiddenKeys
+from memfs.mount.hints import RemoteChanges
 from memfs.mount.listings import ListingCache
 from memfs.mount.loader import Loader
 from memfs.mount.namespace import Namespace
@@ -61,6 +64,7 @@ class MemFSCore(CoreState):
                              self.uploader)
         self.renames = Renames(self, self.namespace, self.listings, self.hidden, self.uploader)
         self.xattrs = Transactions(self)
+        self.remote = RemoteChanges(self, self.listings)
         # The operations (memfs.mount.fs calls them; so do the core's tests).
         ns, data, xattrs = self.namespace, self.data, self.xattrs
         dh = self.dir_handles

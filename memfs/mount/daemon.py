@@ -25,8 +25,8 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from memfs.locations import default_cache_dir
-from memfs.mount import kernelreadahead, sdnotify
+from memfs.locations import ConfigError, default_cache_dir
+from memfs.mount import eventfeed, kernelreadahead, sdnotify
 from memfs.mount.cachetrust import CacheRefused
 from memfs.mount.config import MountConfig
 from memfs.mount.fs import MemFS
@@ -211,6 +211,11 @@ def run(config: MountConfig) -> int:
         _report_warning(f"no usable cache directory ({default_cache_dir()}): open files are "
                         "staged in a temporary directory and the content cache does not survive "
                         "a restart; set --cache-dir (MEMFS_CACHE_DIR)")
+    try:  # --events: a spec it cannot read refuses the mount; a broker down does not
+        link = eventfeed.FeedLink(eventfeed.open_for(config, fs.core), fs.core)
+    except ConfigError as exc:
+        _report_ready(f"ERROR {exc}")
+        raise MountError(str(exc)) from None
     # Multipart uploads a killed daemon left behind (recorded in the cache directory).
     transfer.abort_recorded(store, fs.core.content.uploads)
     if fs.usage.tracked:
@@ -236,7 +241,7 @@ def run(config: MountConfig) -> int:
     log.info("mounted %s on %s", config.source, config.mountpoint)
     unmount = True
     try:
-        unmount = trio.run(_serve, fs, config)
+        unmount = trio.run(_serve, fs, config, link)
     except BaseException:
         log.exception("memfs main loop failed")
         raise
@@ -296,7 +301,7 @@ _after_session = _NoticesAfterTheSession()
 logging.getLogger("pyfuse3").addFilter(_after_session)
 
 
-async def _serve(fs: MemFS, config: MountConfig) -> bool:
+async def _serve(fs: MemFS, config: MountConfig, link: eventfeed.FeedLink) -> bool:
     """Serve requests; returns whether the mount still needs unmounting by us."""
     stopped_by_signal = False
     _after_session.session_over = False
@@ -340,10 +345,12 @@ async def _serve(fs: MemFS, config: MountConfig) -> bool:
         nursery.start_soon(watch_signals)
         nursery.start_soon(announce_ready)
         fs.core.nursery = nursery
+        nursery.start_soon(link.start)  # the change feed, if any: never waited for
         await pyfuse3.main()
         _after_session.session_over = True
         # Renames S3 has not finished (moves): the unmount waits for them, however long.
         await fs.core.moves.drained()
+        await link.close()  # after the moves: their changes are announced
         # Cache records still being written (hashing a big file) are worth a short wait: the
         # next mount can use what they describe.
         with trio.move_on_after(BACKGROUND_GRACE_S):

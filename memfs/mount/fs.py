@@ -189,6 +189,10 @@ class KernelNotifier(Kernel):
         with contextlib.suppress(OSError):
             pyfuse3.invalidate_inode(inode, attr_only=True)  # no writeback cache
 
+    def forget_inode(self, inode: int) -> None:
+        with contextlib.suppress(OSError):
+            pyfuse3.invalidate_inode(inode, attr_only=False)  # pages too (changed elsewhere)
+
     def forget_entry(self, parent_inode: int, name: str, deleted: int | None = None) -> None:
         pyfuse3.invalidate_entry_async(parent_inode, name.encode(), deleted=deleted or 0,
                                        ignore_enoent=True)

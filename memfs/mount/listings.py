@@ -267,6 +267,10 @@ class ListingCache(Part):
         # (every lookup would list again).
         cache = DirCache(listing.files, listing.dirs, arrived, listing.has_marker, started,
                          listing.shadowed, listing.unshown)
+        if self.state.heard.get(dnode.path, 0.0) >= started:
+            # A change under it was heard from elsewhere while the LIST was out (hints.py):
+            # it may not show it, so it answers only this caller.
+            cache.fetched_at = 0.0
         if listing.files or listing.dirs or listing.has_marker:
             self._exists_as_of(dnode, cache.fetched_at)
         recent = dnode.recent or {}

@@ -75,7 +75,6 @@ class Step:
     op: Op
     path: str              # relative to the mount root
     new: str = ""          # a rename's new path
-    size: int = 0          # a TOUCH's ftruncate size (the adapter answers with the node anyway)
     is_dir: bool = False
     # The directory (inode) and name the kernel must forget first: the name made (MKNOD,
     # MKDIR) or a rename's new one. A lookup (a readdir) may have shown it the name already;
@@ -133,7 +132,7 @@ class Signaller(Watchers):
         if node is not None:
             # Known to the kernel: a file was overwritten (a known directory has nothing new).
             if node.kind is Kind.FILE:
-                self._put(Step(Op.TOUCH, path, size=node.size))
+                self._put(Step(Op.TOUCH, path))
             return
         # A new name; with the directories leading to it that the kernel has not met either.
         parts = path.split("/")
@@ -244,17 +243,24 @@ class Signaller(Watchers):
             self._forget_entry(*step.forget)
         if step.op is Op.MKNOD:
             os.mknod(full, stat.S_IFREG | 0o600)
+            _touch(full)  # its content came with it: as ``cmd > file`` (created, then written)
         elif step.op is Op.MKDIR:
             os.mkdir(full, 0o700)
         elif step.op is Op.TOUCH:
-            fd = os.open(full, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-            try:
-                os.ftruncate(fd, step.size)
-            finally:
-                os.close(fd)
+            _touch(full)
         elif step.op is Op.UNLINK:
             os.unlink(full)
         elif step.op is Op.RMDIR:
             os.rmdir(full)
         else:
             os.rename(full, str(self.mountpoint / step.new))
+
+
+def _touch(full: str) -> None:
+    """Open for writing, truncate to the size the kernel knows, close: ``IN_MODIFY`` and
+    ``IN_CLOSE_WRITE``, as a writer's. (The adapter answers all three without the core.)"""
+    fd = os.open(full, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        os.ftruncate(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)

@@ -39,6 +39,10 @@ class SingleFlight:
             else:
                 self._locks[key] = (lock, users - 1)
 
+    def busy(self, key: Hashable) -> bool:
+        """Whether someone holds ``key`` now (its answer is on its way)."""
+        return key in self._locks
+
     def __len__(self) -> int:
         """Keys held or waited for (tests check that none is left behind)."""
         return len(self._locks)

@@ -26,6 +26,7 @@ import trio
 
 from memfs import protocol
 from memfs.countedlog import CountedWarning
+from memfs.mount.announce import Announcer
 from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.config import MountConfig
 from memfs.mount.diskcache import DiskCache, Entry
@@ -131,6 +132,10 @@ class Kernel:
     def forget_attrs(self, inode: int) -> None:
         """The kernel caches a file's size and bounds reads by it: drop it."""
 
+    def forget_inode(self, inode: int) -> None:
+        """The file changed elsewhere: drop its attributes *and* its pages (attributes alone
+        leave pages stale when the new version has the old size and mtime)."""
+
     def forget_entry(self, parent_inode: int, name: str, deleted: int | None = None) -> None:
         """The kernel's cached answer for ``name`` in ``parent_inode`` is stale (asynchronous:
         the kernel may hold the directory's lock while we answer a request)."""
@@ -156,6 +161,12 @@ class CoreState:
         self.store = store
         self.config = config
         self.ttl = config.metadata_ttl
+        # What was learned before this time is stale whatever the TTL (``fresh``): a change
+        # feed that went down may have missed changes (``memfs.mount.hints``).
+        self.stale_before = 0.0
+        # Directory path -> when a change under it was last heard from elsewhere: a LIST sent
+        # before then may not show it (``ListingCache._install``; kept by ``hints``).
+        self.heard: dict[str, float] = {}
         self.kernel = kernel or Kernel()
         # Remote changes reported to the kernel's watchers (inotify) once the core has applied
         # them (``memfs.mount.watchers``).
@@ -181,6 +192,10 @@ class CoreState:
         # File renames between directories whose COPY + DELETE is still under way (moves).
         self.moves = Moves()
         self.writer = f"{socket.gethostname()}/{config.instance}"
+        # This mount's completed changes, announced on the change feed; its writes in flight.
+        self.announce = Announcer(config.bucket, config.prefix, self.writer)
+        # More sections of `memfs status` (XATTR_STATS), by name: the parts that keep them.
+        self.reports: dict[str, Callable[[], object]] = {}
         self.usage = Usage(config.max_file_size, config.max_total_bytes, config.max_files)
         # The mtime of a directory that has no marker metadata: stable for the mount's life (a
         # directory whose mtime moved between two stats makes `tar -c` fail).
@@ -197,9 +212,16 @@ class CoreState:
     # -- helpers every concern uses ----------------------------------------------------------
 
     async def s3(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run a blocking store call in a worker thread."""
-        return await trio.to_thread.run_sync(
-            functools.partial(fn, *args, **kwargs), limiter=self.limiter)
+        """Run a blocking store call in a worker thread. Every change S3 acknowledges passes
+        here, and is announced to the other mounts (``memfs.mount.announce``)."""
+        writing = self.announce.begin(self.store, fn, args)
+        try:
+            result = await trio.to_thread.run_sync(
+                functools.partial(fn, *args, **kwargs), limiter=self.limiter)
+        finally:
+            self.announce.end(writing)
+        self.announce.done(self.store, fn, args, kwargs, result)
+        return result
 
     async def settled(self, path: str) -> None:
         """Wait until S3 has every deferred move of the name ``path`` (``moves``). Called
@@ -261,7 +283,7 @@ class CoreState:
         return fail(err)
 
     def fresh(self, t: float) -> bool:
-        return time.time() - t <= self.ttl
+        return t > self.stale_before and time.time() - t <= self.ttl
 
     def node(self, inode: int) -> Node:
         node = self.inodes.get(inode)

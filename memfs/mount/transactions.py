@@ -104,6 +104,7 @@ class Transactions(Part):
             "s3": store_stats.snapshot() if store_stats is not None else {},
             "endpoint": self.store.caps.as_dict() if hasattr(self.store, "caps") else {},
             "fuse_ops": dict(sorted(self.state.ops.items())),
+            **{name: report() for name, report in self.state.reports.items()},
         }
 
     async def getxattr(self, inode: int, name: str, pid: int) -> bytes:

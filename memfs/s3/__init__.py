@@ -13,5 +13,6 @@
 | ``bucket`` | the operator tools' view: raw keys, versions, batch deletes, restoring copies |
 | ``objectmeta`` | s3fs-compatible object metadata (mode, uid, gid, mtime) both ways |
 | ``stats`` | request counters and latencies by operation (``memfs status``) |
+| ``queues`` | the change feed's SQS polls and deletes, its SNS announcements (``memfs.events``) |
 | ``errors`` | S3 failures as errno (`StoreError`) for the mount and one line for operators |
 """

@@ -8,7 +8,10 @@ change raises. The replay sends nothing to S3 (counted on the wire through the S
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,3 +97,61 @@ def test_another_mounts_changes_raise_inotify_events_and_b_writes_nothing(
     assert not (b / "gone.md").exists()
     # Nothing B did for its watchers reached S3 as a write: A's objects are as A wrote them.
     assert s3.get_object(Bucket=BUCKET, Key="approved.md")["Body"].read() == b"yes"
+
+
+def memfs_watch(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "memfs", "watch", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_watching(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Until ``proc`` has an inotify watch (its start, boto3's import, can take a while)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        for info in Path(f"/proc/{proc.pid}/fdinfo").iterdir():
+            try:
+                if "inotify wd:" in info.read_text():
+                    return
+            except OSError:
+                continue
+        time.sleep(0.05)
+    raise AssertionError("memfs watch never started watching")
+
+
+def test_memfs_watch_once_prints_another_mounts_write_with_its_etag_and_writer(
+        mount_factory, s3) -> None:
+    a = mount_factory("", "--metadata-ttl", str(TTL))
+    b = mount_factory("", "--metadata-ttl", str(TTL))
+    (a / "review").mkdir()
+    time.sleep(TTL)
+    assert os.listdir(b / "review") == []  # B knows the directory, empty
+    waiter = memfs_watch(str(b / "review" / "approved.md"), "--once", "--event", "modified",
+                         "--timeout", "20")
+    wait_watching(waiter)
+    (a / "review" / "approved.md").write_text("ship it")
+    deadline = time.monotonic() + 20
+    while waiter.poll() is None and time.monotonic() < deadline:
+        os.listdir(b / "review")  # B polls (no change feed here): its TTL lapses, it re-lists
+        time.sleep(TTL)
+    out, err = waiter.communicate(timeout=10)
+    assert waiter.returncode == 0, err
+    line = json.loads(out)
+    head = s3.head_object(Bucket=BUCKET, Key="review/approved.md")
+    assert line["path"] == str(b / "review" / "approved.md")
+    assert line["event"] == "modified" and line["dir"] is False
+    assert line["etag"] == head["ETag"].strip('"')
+    assert line["writer"] == head["Metadata"]["memfs-writer"]
+    assert (b / "review" / "approved.md").read_text() == "ship it"
+
+
+def test_memfs_watch_exit_statuses(mount_factory, tmp_path: Path) -> None:
+    b = mount_factory("", "--metadata-ttl", str(TTL))
+    quiet = memfs_watch(str(b), "--once", "--timeout", "0.5")
+    assert quiet.wait(timeout=30) == 124  # nothing happened: as coreutils timeout
+    local = memfs_watch(str(tmp_path), "--once", "--timeout", "0.5")
+    assert local.wait(timeout=30) == 2  # not a memfs mount (a stopped mount's empty directory)
+    assert "not on a memfs mount" in local.communicate()[1]
+    missing = memfs_watch(str(b / "no" / "such.md"), "--once")
+    assert missing.wait(timeout=30) == 2
+    assert "does not exist" in missing.communicate()[1]

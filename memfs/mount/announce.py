@@ -1,0 +1,120 @@
+"""This mount's announcements of the changes it completed, and which of its writes are in flight.
+
+Every change S3 acknowledges to this mount — an upload, a metadata rewrite, a server-side copy,
+a DELETE, a DeleteObjects — goes through one place, ``CoreState.s3``; it tells this module
+after the request returned (``done``), and the module publishes a ``Change`` (producer MEMFS,
+this mount's ``sender`` id) on the change feed, when there is one, so the other mounts of a fleet
+hear it on any S3 server (Ceph RGW 16.2 included, whose own notifications are no foundation).
+One place instead of one per operation: a write nobody remembered to announce cannot exist.
+
+It also knows which paths this mount is writing right now (``writing``): S3's own notification
+of such a write can arrive before the write's answer (moto enqueues it before the PUT
+returns), when the core does not know the new ETag yet. ``memfs.mount.hints`` holds such an
+event back (``park``) until the write is over, then decides by ETag as usual.
+
+``publish`` never blocks (the feed's contract): the trio thread never waits on a broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from memfs.countedlog import CountedWarning
+from memfs.events.change import Change, ChangeKind, Feed, Producer
+from memfs.s3 import transfer
+from memfs.s3.endpoint import normal_etag
+
+log = logging.getLogger(__name__)
+
+_publish_failed = CountedWarning(log, "change announcements that could not be published")
+
+#: (path, is_dir, kind, ETag) for each change a store call made (``changes_of``).
+Made = tuple[str, bool, ChangeKind, str | None]
+
+
+def bare_etag(etag: str | None) -> str | None:
+    """An ETag as change events carry it: without S3's double quotes."""
+    return normal_etag(etag).strip('"') or None if etag else None
+
+
+def changes_of(store: Any, fn: Callable[..., Any], args: tuple[Any, ...],
+               kwargs: dict[str, Any], result: Any) -> list[Made]:
+    """The objects a store call that returned ``result`` created or removed (none for reads)."""
+    directory = bool(kwargs.get("directory"))
+    if fn == store.put:
+        return [(args[0], directory, ChangeKind.CREATED, bare_etag(result.etag))]
+    if fn is transfer.upload:
+        return [(args[1], False, ChangeKind.CREATED, bare_etag(result))]
+    if fn == store.copy:
+        return [(args[1], directory, ChangeKind.CREATED, bare_etag(result))]
+    if fn == store.delete:
+        return [(args[0], directory, ChangeKind.REMOVED, None)]
+    if fn == store.delete_keys:
+        return [(k.rstrip("/"), k.endswith("/"), ChangeKind.REMOVED, None) for k in args[0]]
+    return []
+
+
+def written_paths(store: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> list[str]:
+    """The paths a store call is about to write (before it is sent), for ``writing``."""
+    if fn == store.put or fn == store.delete:
+        return [args[0]]
+    if fn is transfer.upload or fn == store.copy:
+        return [args[1]]
+    if fn == store.delete_keys:
+        return [k.rstrip("/") for k in args[0]]
+    return []
+
+
+class Announcer:
+    """Publishes this mount's completed changes; counts its writes in flight by path.
+
+    GUARDED BY: the trio thread (``CoreState.s3`` calls it before and after each request).
+    """
+
+    def __init__(self, bucket: str, prefix: str, writer: str) -> None:
+        self.bucket, self.prefix, self.writer = bucket, prefix, writer
+        # Unique per daemon: a restarted mount is another sender (its caches start empty).
+        self.sender = f"{writer}#{secrets.token_hex(4)}"
+        self.feed: Feed | None = None
+        self.writing: Counter[str] = Counter()
+        self.published = 0
+        # Called with each path whose last write in flight has ended (``hints`` re-applies
+        # what it held back for it).
+        self.on_written: Callable[[str], None] = lambda path: None
+
+    def begin(self, store: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> list[str]:
+        paths = written_paths(store, fn, args)
+        self.writing.update(paths)
+        return paths
+
+    def end(self, paths: list[str]) -> None:
+        for path in paths:
+            self.writing[path] -= 1
+            if self.writing[path] <= 0:
+                del self.writing[path]
+                self.on_written(path)
+
+    def done(self, store: Any, fn: Callable[..., Any], args: tuple[Any, ...],
+             kwargs: dict[str, Any], result: Any) -> None:
+        """S3 acknowledged ``fn(*args, **kwargs)``: announce what it changed."""
+        if self.feed is None:
+            return
+        for path, is_dir, kind, etag in changes_of(store, fn, args, kwargs, result):
+            key = self.prefix + path + ("/" if is_dir else "")
+            self.publish(Change(self.bucket, key, kind, Producer.MEMFS, etag=etag,
+                                writer=self.writer, sender=self.sender, time=time.time()))
+
+    def publish(self, change: Change) -> None:
+        feed = self.feed
+        if feed is None:
+            return
+        try:
+            feed.publish(change)
+            self.published += 1
+        except Exception as exc:  # a feed's bug must never fail the write it announces
+            _publish_failed.report("announcing %s: %s", change.key, exc)
