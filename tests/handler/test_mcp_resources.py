@@ -24,7 +24,9 @@ from mcp.client.stdio import stdio_client
 
 from memfs.memory import MemoryHandler
 from memfs.memory.resources import PAGE_SIZE
+from tests.conftest import needs_moto
 from tests.handler.test_mcp import SERVER, WORKTREE, call, free_port, server_env, wire
+from tests.mount.test_events import Fleet
 from tests.support.s3proxy import S3Proxy
 
 #: The handshake-era resources/subscribe is what most clients speak; mcp 2.x warns of its
@@ -487,3 +489,41 @@ def test_a_subscriber_on_b_hears_another_mounts_and_a_bucket_writers_changes(
                                     "memory:///approved.md"}
     assert s3.get_object(Bucket=BUCKET, Key="handoff/draft.md")["Body"].read() == (
         b"Ready for review.\n")
+
+
+@needs_moto("S3 notifications to SNS and SQS (moto serves all three)")
+def test_with_a_change_feed_b_hears_without_anyone_looking(
+        mount_factory: Any, s3: Any, s3_reset: str) -> None:
+    """Issue 46's target set-up: mounts with a change feed (S3 and the mounts' announcements
+    through SNS to one SQS queue per mount), TTL an hour so only the feed can tell B. The MCP
+    client on B hears mount A's agent and a boto3 writer with nothing on B looking, and B
+    sends no write to S3 meanwhile."""
+    from tests.conftest import BUCKET
+
+    fleet = Fleet(s3_reset, mount_factory)
+    a = fleet.mount("a")
+    with S3Proxy(s3_reset) as proxy:
+        mount_factory.endpoint = proxy.url
+        b = fleet.mount("b")
+        (a / "handoff").mkdir()
+
+        async def main() -> tuple[Heard, str]:
+            async with session(b, "--agent-id", "reviewer") as (s, heard):
+                await s.subscribe_resource("memory:///handoff/")
+                await s.subscribe_resource("memory:///approved.md")
+                await heard.until(lambda: watching(os.getpid()))
+                proxy.reset_counts()
+                MemoryHandler(a, agent_id="writer").run({
+                    "command": "create", "path": "/memories/handoff/draft.md",
+                    "file_text": "Ready for review.\n"})
+                await heard.hears("memory:///handoff/draft.md")
+                s3.put_object(Bucket=BUCKET, Key="approved.md", Body=b"yes\n")
+                await heard.hears("memory:///approved.md")
+                draft = wire(await s.read_resource("memory:///handoff/draft.md"))
+                return heard, draft["contents"][0]["text"]
+
+        heard, draft = anyio.run(main)
+        written = {op: n for op, n in proxy.counts().items() if n and op in WRITES}
+    assert draft == "Ready for review.\n"
+    assert written == {}
+    assert {"memory:///handoff/draft.md", "memory:///approved.md"} <= set(heard.updated())
