@@ -18,6 +18,7 @@ counted). Run::
 
     python -m bench.mcp_notify --files 30 --writer local [--ttl 1] [--timeout 5]
     python -m bench.mcp_notify --files 30 --writer remote --ttl 0.2 --look 0.2
+    python -m bench.mcp_notify --files 30 --writer remote --feed    # issue 46's set-up
 
 Times are wall-clock on a shared machine; quote them with the machine's load.
 """
@@ -42,10 +43,12 @@ from bench import targets
 from bench.fleet import percentile
 from bench.report import Table
 from memfs.memory import MemoryHandler
+from tests.conftest import BUCKET
+from tests.mount.test_events import Fleet
 from tests.support.mounts import Mounts
 from tests.support.s3proxy import S3Proxy
+from tests.support.s3server import KEY_ID, REGION, SECRET
 
-BUCKET = "notify"
 # The handshake-era resources/subscribe (what most clients speak); mcp 2.x warns of its successor.
 warnings.filterwarnings("ignore", message="resources/.*subscribe is removed")
 REPO = Path(__file__).resolve().parents[1]
@@ -121,16 +124,33 @@ async def steps(heard: dict[str, float], write: Writer, files: int, timeout: flo
             await anyio.sleep(0.05)  # one change at a time: no coalescing across files
 
 
-def run(files: int, kind: str, ttl: str, timeout: float,
-        every: float | None) -> list[dict[str, Any]]:
+def mounts_with_feed(moto: str, direct: Mounts, counted: Mounts) -> tuple[Path, Path]:
+    """A and B with a change feed: S3 and the mounts' announcements through SNS, one SQS queue
+    per mount, TTL an hour (the kernel tests' set-up, `tests.mount.test_events.Fleet`)."""
+    for name, value in (("AWS_ACCESS_KEY_ID", KEY_ID), ("AWS_SECRET_ACCESS_KEY", SECRET),
+                        ("AWS_DEFAULT_REGION", REGION)):
+        os.environ.setdefault(name, value)
+    fleet = Fleet(moto, lambda prefix, *flags: direct.memfs(*flags, bucket=BUCKET, prefix=prefix,
+                                                            log_level=None))
+    a = fleet.mount("a")
+    fleet.mount_factory = lambda prefix, *flags: counted.memfs(*flags, bucket=BUCKET,
+                                                               prefix=prefix, log_level=None)
+    return a, fleet.mount("b")
+
+
+def run(files: int, kind: str, ttl: str, timeout: float, every: float | None,
+        feed: bool) -> list[dict[str, Any]]:
     with targets.moto_server() as moto, S3Proxy(moto) as proxy:
         targets.create_bucket(moto, BUCKET)
         work = Path(tempfile.mkdtemp(prefix="mcp-notify-"))
         direct, counted = Mounts(moto, work / "a", clean=True), Mounts(proxy.url, work / "b",
                                                                        clean=True)
         try:
-            a = direct.memfs("--metadata-ttl", ttl, bucket=BUCKET, log_level=None)
-            b = counted.memfs("--metadata-ttl", ttl, bucket=BUCKET, log_level=None)
+            if feed:
+                a, b = mounts_with_feed(moto, direct, counted)
+            else:
+                a = direct.memfs("--metadata-ttl", ttl, bucket=BUCKET, log_level=None)
+                b = counted.memfs("--metadata-ttl", ttl, bucket=BUCKET, log_level=None)
             (b / "bench").mkdir()
             write = Writer(kind, a, b, moto)
             proxy.reset_counts()
@@ -160,10 +180,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds to wait for each notification")
     ap.add_argument("--look", type=float, default=None, metavar="S",
                     help="list B's tree every S seconds (how B learns without a change feed)")
+    ap.add_argument("--feed", action="store_true",
+                    help="mounts with a change feed (S3 and announcements via SNS to SQS on "
+                    "moto), TTL an hour: only the feed tells B")
     args = ap.parse_args(argv)
-    rows = run(args.files, args.writer, args.ttl, args.timeout, args.look)
-    table = Table(f"MCP notifications: {args.files} files, writer {args.writer}, ttl {args.ttl} s,"
-                  f" look {args.look} s", list(rows[0]))
+    rows = run(args.files, args.writer, args.ttl, args.timeout, args.look, args.feed)
+    how = "change feed, ttl 3600 s" if args.feed else f"ttl {args.ttl} s, look {args.look} s"
+    table = Table(f"MCP notifications: {args.files} files, writer {args.writer}, {how}",
+                  list(rows[0]))
     for row in rows:
         table.add(row.values())
     print(table.text())
