@@ -22,6 +22,9 @@ gets the handler's wording. Commands run in worker threads; a cancelled request 
 command to finish (the handler's writes are all-or-nothing), so a cancelled write leaves the old or
 the new file and may have been applied.
 
+The memory files are also MCP resources (``memory:///PATH``), listed, read and subscribed to
+(`memfs.memory.mcp_resources`; mcp 2.x): a subscribed client hears local and remote changes.
+
 Built on the official `mcp` SDK's low-level `Server` (exact control of the schema), and works
 with both of its major versions: 1.x registers handlers with decorators, 2.x in the constructor.
 This module imports `mcp` (the optional `memfs-s3[mcp]` extra), never `anthropic`.
