@@ -12,7 +12,8 @@ Modules, from the outside in:
 * ``jsonl`` — ``serve_jsonl()``, the JSON-lines protocol behind ``memfs handle``;
 * ``sdk`` — ``MemoryTool`` and ``async_tool`` — ``AsyncMemoryTool``, the Anthropic SDK adapters
   (the only modules that import ``anthropic``; loaded here only when first asked for);
-* ``mcp_server`` — ``serve_mcp()`` and ``memfs mcp`` (imports ``mcp``, also loaded on demand);
+* ``mcp_server`` — ``serve_mcp()`` and ``memfs mcp`` (imports ``mcp``, also loaded on demand),
+  with ``mcp_resources`` and ``resources``: the memories as MCP resources and subscriptions;
 * ``schema`` — the input checks; ``paths`` — the path walk under the root, never through a
   symlink (the security core); ``files`` — reads, listings and removals on what the walk found;
   ``atomic_write`` — all-or-nothing writes (one conditional PUT on a memfs mount); ``edits`` —

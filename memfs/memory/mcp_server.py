@@ -22,6 +22,9 @@ gets the handler's wording. Commands run in worker threads; a cancelled request 
 command to finish (the handler's writes are all-or-nothing), so a cancelled write leaves the old or
 the new file and may have been applied.
 
+The memory files are also MCP resources (``memory:///PATH``), listed, read and subscribed to
+(`memfs.memory.mcp_resources`; mcp 2.x): a subscribed client hears local and remote changes.
+
 Built on the official `mcp` SDK's low-level `Server` (exact control of the schema), and works
 with both of its major versions: 1.x registers handlers with decorators, 2.x in the constructor.
 This module imports `mcp` (the optional `memfs-s3[mcp]` extra), never `anthropic`.
@@ -41,8 +44,9 @@ import anyio
 import anyio.to_thread
 import mcp.types as types
 from mcp.server.lowlevel import Server
+from mcp.server.lowlevel.server import NotificationOptions
 
-from memfs.memory import command_table
+from memfs.memory import command_table, mcp_resources
 from memfs.memory.commands import MemoryHandler
 from memfs.memory.errors import CommandError
 from memfs.memory.mcp_auth import (
@@ -53,6 +57,7 @@ from memfs.memory.mcp_auth import (
     unix_socket,
 )
 from memfs.memory.options import add_mcp_options, check_root, handler_options
+from memfs.memory.resources import ResourceSpace
 
 __all__ = ["DESCRIPTION", "INPUT_SCHEMA", "TOOL_NAME", "MemoryToolService", "build_server", "main",
            "serve_mcp"]
@@ -120,9 +125,24 @@ def _version() -> str:
     return str(memfs.__version__)
 
 
-def build_server(service: MemoryToolService) -> Server:
-    """A low-level MCP `Server` serving `service`'s one tool (mcp 1.x or 2.x)."""
+class _Server(Server):  # type: ignore[misc]
+    """Declares `listChanged` for resources (the SDK derives the rest from the handlers)."""
+
+    def create_initialization_options(self, notification_options: Any = None, *args: Any,
+                                      **kwargs: Any) -> Any:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(resources_changed=True), *args, **kwargs)
+
+
+def build_server(service: MemoryToolService,
+                 hub: mcp_resources.ResourceHub | None = None) -> Server:
+    """A low-level MCP `Server` serving `service`'s one tool and its memories as resources
+    (`memfs.memory.mcp_resources`; `hub` to choose how changes are watched), mcp 2.x; on mcp
+    1.x the tool only."""
     instructions = "Use the memory tool to keep notes that persist across conversations."
+    if hub is None:
+        handler = service.handler
+        hub = mcp_resources.ResourceHub(ResourceSpace(handler.root, handler.shared))
     if hasattr(Server, "call_tool"):  # mcp 1.x: decorator registration
         server: Any = Server("memfs", version=_version(), instructions=instructions)
 
@@ -147,8 +167,10 @@ def build_server(service: MemoryToolService) -> Server:
         content, is_error = await service.call(params.name, params.arguments)
         return types.CallToolResult(content=content, isError=is_error)  # type: ignore[arg-type,call-arg]
 
-    return Server("memfs", version=_version(), instructions=instructions,  # type: ignore[call-arg]
-                  on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+    return _Server("memfs", version=_version(), instructions=instructions,
+                   lifespan=lambda _server: mcp_resources.running(hub),
+                   on_list_tools=on_list_tools, on_call_tool=on_call_tool,
+                   **mcp_resources.handlers(hub))
 
 
 def serve_mcp(root: str | os.PathLike[str], **options: Any) -> None:
