@@ -5,7 +5,7 @@
 #    source ~/.local/share/bash_completion/memfs
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
-_shtab_memfs_subparsers=(mount umount status df doctor handle mcp install-unit history restore log show diff watch gc demo completion)
+_shtab_memfs_subparsers=(mount umount status df doctor handle mcp install-unit history restore log show diff watch gc events demo completion)
 
 _shtab_memfs_mount_option_strings=(-h --help --mountpoint -o --bucket --prefix --endpoint-url --region -f --foreground --read-only --metadata-ttl --events --events-ttl --cache-dir --cache-size --part-size --read-ahead --file-mode --dir-mode --umask --uid --gid --allow-other --s3-attempts --s3-timeout --instance --read-only-paths --max-file-size --max-total-bytes --max-files --log-level -d --debug --log-file)
 _shtab_memfs_umount_option_strings=(-h --help --lazy)
@@ -22,6 +22,7 @@ _shtab_memfs_show_option_strings=(-h --help --bucket --prefix --endpoint-url --r
 _shtab_memfs_diff_option_strings=(-h --help --bucket --prefix --endpoint-url --region)
 _shtab_memfs_watch_option_strings=(-h --help --once --timeout --event --allow-local)
 _shtab_memfs_gc_option_strings=(-h --help --policy --dry-run --list --json --quiet --bucket --prefix --endpoint-url --region)
+_shtab_memfs_events_option_strings=(-h --help --queue --topic --announce --all --amqp --bucket --endpoint-url --region)
 _shtab_memfs_demo_option_strings=(-h --help --keep --bucket --prefix --endpoint-url --region)
 _shtab_memfs_completion_option_strings=(-h --help)
 _shtab_memfs_option_strings=(-h --help --version)
@@ -42,8 +43,9 @@ _shtab_memfs_watch_pos_0_COMPGEN=_shtab_compgen_files
 
 _shtab_memfs_mcp___transport_choices=(stdio http)
 _shtab_memfs_watch___event_choices=(created modified removed moved_from moved_to attrib overflow)
+_shtab_memfs_events_pos_0_choices=(setup teardown)
 _shtab_memfs_completion_pos_0_choices=(bash zsh)
-_shtab_memfs_pos_0_choices=(mount umount status df doctor handle mcp install-unit history restore log show diff watch gc demo completion)
+_shtab_memfs_pos_0_choices=(mount umount status df doctor handle mcp install-unit history restore log show diff watch gc events demo completion)
 
 _shtab_memfs_mount_pos_0_nargs='*'
 _shtab_memfs_mount__h_nargs=0
@@ -105,6 +107,10 @@ _shtab_memfs_gc___dry_run_nargs=0
 _shtab_memfs_gc___list_nargs=0
 _shtab_memfs_gc___json_nargs=0
 _shtab_memfs_gc___quiet_nargs=0
+_shtab_memfs_events__h_nargs=0
+_shtab_memfs_events___help_nargs=0
+_shtab_memfs_events___announce_nargs=0
+_shtab_memfs_events___all_nargs=0
 _shtab_memfs_demo__h_nargs=0
 _shtab_memfs_demo___help_nargs=0
 _shtab_memfs_demo___keep_nargs=0
