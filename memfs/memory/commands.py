@@ -18,10 +18,10 @@ import itertools
 import logging
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from memfs.memory import command_table, files, names, secrets_guard, view
+from memfs.memory import command_table, edits, files, names, secrets_guard, view
 from memfs.memory.atomic_write import (
     Edit,
     rename_noreplace,
@@ -150,16 +150,18 @@ class MemoryHandler:
 
     def _execute(self, command: Mapping[str, Any]) -> Content:
         name, fields = validate(command)
-        spec = command_table.COMMANDS[name]  # what runs it: the table's entry (one place)
+        run = RUN.get(name)
+        if run is None:  # in the contract but bound to nothing: a command half added
+            raise CommandError(f"The command `{name}` is not implemented by this handler.")
         display = fields.get("path") or fields.get("old_path") or ""
         try:
-            return spec.run(self, fields)
+            return run(self, fields)
         except PathNotDirectory:
             raise files.missing(display, name) from None
         except PathMissing:
             raise files.missing(display, name) from None
         except OSError as err:
-            raise os_error(spec.action, display, err) from err
+            raise os_error(command_table.COMMANDS[name].action, display, err) from err
 
     def run(self, command: Mapping[str, Any]) -> str:
         """Run one command; return the text for Claude (an image view returns its caption)."""
@@ -411,6 +413,18 @@ class MemoryHandler:
             except FileNotFoundError:
                 raise files.missing(src.display, "rename") from None
         return f"Successfully renamed {src.display} to {dst.display}"
+
+
+#: Each command of the contract (``command_table.COMMANDS``) bound to the function that runs it,
+#: given the handler and the checked fields: the one place a name meets its implementation.
+RUN: dict[str, Callable[[MemoryHandler, dict[str, Any]], Content]] = {
+    "view": MemoryHandler._view,
+    "create": MemoryHandler._create,
+    "str_replace": edits.str_replace,
+    "insert": edits.insert,
+    "delete": MemoryHandler._delete,
+    "rename": MemoryHandler._rename,
+}
 
 
 def _block_field(block: Any, name: str) -> Any:

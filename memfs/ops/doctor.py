@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memfs.locations import default_cache_dir
 from memfs.mountinfo import mounted_at
 from memfs.protocol import FSTYPE, NAME
 from memfs.s3.errors import S3_ERRORS, describe_s3_error, one_line
@@ -241,8 +242,6 @@ def check_clock(s: Setup) -> Check:
 
 def check_cache_dir(s: Setup) -> Check:
     if s.cache_dir is None:
-        from memfs.locations import default_cache_dir
-
         s.cache_dir = default_cache_dir()
     place = s.cache_dir
     while not place.exists() and place != place.parent:
