@@ -18,14 +18,16 @@ Modules, from the outside in:
 * ``schema`` — the input checks; ``paths`` — the path walk under the root, never through a
   symlink (the security core); ``files`` — reads, listings and removals on what the walk found;
   ``atomic_write`` — all-or-nothing writes (one conditional PUT on a memfs mount); ``edits`` —
-  str_replace and insert, re-applied after a lost race; ``view`` — formatting of view results;
-  ``errors`` — ``CommandError`` and the wording of OS errors; ``secrets_guard`` — refusing
-  credential-looking content.
+  str_replace and insert, re-applied after a lost race; ``workspace`` — the roots, limits and
+  checks every command works with (``MemoryHandler`` is a ``Workspace``); ``view`` — formatting
+  of view results; ``errors`` — ``CommandError`` and the wording of OS errors;
+  ``secrets_guard`` — refusing credential-looking content.
 
 Imports run one way, from the bottom up (docs/HANDLER.md, "How the package stands"):
 ``command_table`` → ``schema`` → the implementations (``paths``, ``files``, ``view``,
-``atomic_write``, ``edits``, ...) → ``commands`` → the front ends (``jsonl``, ``sdk``,
-``async_tool``, ``mcp_server``) → this module; tests/unit/test_layout.py refuses a cycle.
+``atomic_write``, ``workspace``, ``edits``, ...) → ``commands`` → the front ends (``jsonl``,
+``sdk``, ``async_tool``, ``mcp_server``) → this module; tests/unit/test_layout.py refuses a
+cycle.
 
 ``memfs.handler`` is a deprecated alias of this package's public names.
 """

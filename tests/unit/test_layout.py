@@ -229,6 +229,24 @@ def test_the_cycle_check_sees_inside_functions_but_not_type_checking() -> None:
     assert "memfs/memory/errors.py:2, inside f()" in describe(*cycles[0])
 
 
+#: The memory package's top: what may import the dispatcher (``memfs.memory.commands``).
+MEMORY_FRONT_ENDS = {"memfs.memory", "memfs.memory.jsonl", "memfs.memory.sdk",
+                     "memfs.memory.async_tool", "memfs.memory.mcp_server"}
+
+
+def test_the_memory_package_stands_in_layers() -> None:
+    """Issue #48, docs/HANDLER.md "How the package stands": the contract at the bottom imports
+    nothing of memfs; the input checks only the contract and the error type; no implementation
+    imports the dispatcher, not even for a type (they work on a ``Workspace``)."""
+    memory = {m for m in MODULES if m.startswith("memfs.memory.")}
+    assert internal(imports("memfs.memory.command_table", top_level_only=False)) == set()
+    assert internal(imports("memfs.memory.schema", top_level_only=False)) <= {
+        "memfs.memory", "memfs.memory.command_table", "memfs.memory.errors"}
+    below = sorted(m for m in memory - MEMORY_FRONT_ENDS - {"memfs.memory.commands"}
+                   if "memfs.memory.commands" in imports(m, top_level_only=False))
+    assert below == [], f"{below} import the dispatcher (memfs.memory.commands)"
+
+
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("memfs.mount")))
 def test_the_mount_knows_fuse_only_in_its_adapter(module: str) -> None:
     names = imports(module, top_level_only=False)
