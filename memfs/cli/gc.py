@@ -30,7 +30,7 @@ from memfs.cli.base import (
 from memfs.cli.text import fmt_size, table
 from memfs.ops import gc
 from memfs.ops.gc import GcError, GcReport
-from memfs.ops.history import fmt_time
+from memfs.ops.versions import fmt_time
 from memfs.printable import escape
 
 

@@ -29,15 +29,14 @@ from memfs.ops.history import (
     DEFAULT_HISTORY_LIMIT,
     DEFAULT_LOG_LIMIT,
     Change,
-    Version,
     changes,
-    fmt_time,
     history,
     parse_since,
     require_file,
     restore,
 )
 from memfs.ops.locate import Target
+from memfs.ops.versions import Version, fmt_time
 
 
 def register(sub: Any) -> None:

@@ -6,9 +6,11 @@ The one public import place::
 
 Modules, from the outside in:
 
-* ``commands`` — ``MemoryHandler`` (the commands and their result texts) and ``tool_result()``;
-* ``command_table`` — the command set, defined once: each command's fields, descriptions and
-  function; the input checks, the dispatcher, the MCP tool and the SDK tools derive from it;
+* ``commands`` — ``MemoryHandler`` (the commands and their result texts), ``tool_result()``, and
+  ``RUN``, which binds each command's name to the function that runs it;
+* ``command_table`` — the command set, described once (the contract, at the bottom: it imports
+  nothing that implements a command): each command's fields, descriptions and error verb; the
+  input checks, the dispatcher, the MCP tool and the SDK tools derive from it;
 * ``jsonl`` — ``serve_jsonl()``, the JSON-lines protocol behind ``memfs handle``;
 * ``sdk`` — ``MemoryTool`` and ``async_tool`` — ``AsyncMemoryTool``, the Anthropic SDK adapters
   (the only modules that import ``anthropic``; loaded here only when first asked for);
@@ -17,9 +19,16 @@ Modules, from the outside in:
 * ``schema`` — the input checks; ``paths`` — the path walk under the root, never through a
   symlink (the security core); ``files`` — reads, listings and removals on what the walk found;
   ``atomic_write`` — all-or-nothing writes (one conditional PUT on a memfs mount); ``edits`` —
-  str_replace and insert, re-applied after a lost race; ``view`` — formatting of view results;
-  ``errors`` — ``CommandError`` and the wording of OS errors; ``secrets_guard`` — refusing
-  credential-looking content.
+  str_replace and insert, re-applied after a lost race; ``workspace`` — the roots, limits and
+  checks every command works with (``MemoryHandler`` is a ``Workspace``); ``view`` — formatting
+  of view results; ``errors`` — ``CommandError`` and the wording of OS errors;
+  ``secrets_guard`` — refusing credential-looking content.
+
+Imports run one way, from the bottom up (docs/HANDLER.md, "How the package stands"):
+``command_table`` → ``schema`` → the implementations (``paths``, ``files``, ``view``,
+``atomic_write``, ``workspace``, ``edits``, ...) → ``commands`` → the front ends (``jsonl``,
+``sdk``, ``async_tool``, ``mcp_server``) → this module; tests/unit/test_layout.py refuses a
+cycle.
 
 ``memfs.handler`` is a deprecated alias of this package's public names.
 """

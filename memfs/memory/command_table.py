@@ -1,29 +1,31 @@
-"""The memory commands, defined once: each command's fields, descriptions and implementation.
+"""The memory commands, described once: the contract every front end and the checks derive from.
 
-Everything that knows the command set derives from ``COMMANDS`` here, at the time it is used:
+The bottom of the memory package: each command's name, its line in the tool's description, the
+verb of its OS errors and its fields (JSON type, required, description). It imports nothing of
+the package, and nothing that implements a command. Above it, in order (docs/HANDLER.md, "How the
+package stands"):
 
 * the input checks (``schema.validate``: which fields, their JSON types, which are required);
-* the dispatcher (``MemoryHandler.execute`` runs ``COMMANDS[name].run``) and the verb its OS
-  errors use (``action``);
-* the MCP tool (``mcp_input_schema()``, ``mcp_description()``: ``memfs mcp``);
-* the JSON-lines protocol (``memfs handle``: it runs the handler);
-* the Anthropic SDK tools (``MemoryTool``, ``AsyncMemoryTool``): every input goes through
-  ``call`` to the handler, and the SDK's per-command methods are made from this table.
+* the implementations (``paths``, ``files``, ``view``, ``atomic_write``, ``edits``, ...);
+* the dispatcher (``commands``: ``MemoryHandler.execute`` runs the function ``RUN`` binds to the
+  command's name, and words its OS errors with the ``action`` here);
+* the front ends: the MCP tool (``mcp_input_schema()``, ``mcp_description()``: ``memfs mcp``), the
+  JSON-lines protocol (``memfs handle``) and the Anthropic SDK tools (``MemoryTool``,
+  ``AsyncMemoryTool``: every input goes through ``call`` to the handler, and the SDK's
+  per-command methods are made from this table).
 
-Adding a command is one ``Command`` entry plus its function (docs/HANDLER.md, "Adding a
-command"); ``extended()`` adds one for a test. The texts here are what Claude and MCP clients
-read: change them deliberately (tests/handler/test_command_table.py pins the derivations).
+Adding a command is one ``Command`` entry here plus its function, bound to its name in
+``commands.RUN`` (docs/HANDLER.md, "Adding a command"); ``extended()`` adds one for a test. The
+texts here are what Claude and MCP clients read: change them deliberately
+(tests/handler/test_command_table.py pins the derivations).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from memfs.memory.commands import Content, MemoryHandler
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -40,39 +42,12 @@ class Field:
 
 @dataclass(frozen=True)
 class Command:
+    """What a command is to its callers; what runs it is the dispatcher's (``commands.RUN``)."""
+
     name: str
     summary: str  # its line in the tool's description (after "- NAME: ")
     action: str  # the verb of its OS errors' texts ("Cannot edit ...")
     fields: tuple[tuple[str, bool], ...]  # (field name, required), in order
-    run: Callable[[MemoryHandler, dict[str, Any]], Content]  # (handler, checked fields)
-
-
-def _view(h: MemoryHandler, f: dict[str, Any]) -> Content:
-    return h._view(f)
-
-
-def _create(h: MemoryHandler, f: dict[str, Any]) -> Content:
-    return h._create(f)
-
-
-def _str_replace(h: MemoryHandler, f: dict[str, Any]) -> Content:
-    from memfs.memory import edits
-
-    return edits.str_replace(h, f)
-
-
-def _insert(h: MemoryHandler, f: dict[str, Any]) -> Content:
-    from memfs.memory import edits
-
-    return edits.insert(h, f)
-
-
-def _delete(h: MemoryHandler, f: dict[str, Any]) -> Content:
-    return h._delete(f)
-
-
-def _rename(h: MemoryHandler, f: dict[str, Any]) -> Content:
-    return h._rename(f)
 
 
 REQUIRED, OPTIONAL = True, False
@@ -99,19 +74,19 @@ FIELDS: dict[str, Field] = {
 COMMANDS: dict[str, Command] = {c.name: c for c in (
     Command("view", "a directory listing (two levels deep), or a text file with line numbers; "
             "view_range [first, last] shows only those lines (last -1 = to the end).", "view",
-            (("path", REQUIRED), ("view_range", OPTIONAL)), _view),
+            (("path", REQUIRED), ("view_range", OPTIONAL))),
     Command("create", "write file_text to path, creating parent directories or replacing the "
             "file.", "create",
-            (("path", REQUIRED), ("file_text", REQUIRED), ("exclusive", OPTIONAL)), _create),
+            (("path", REQUIRED), ("file_text", REQUIRED), ("exclusive", OPTIONAL))),
     Command("str_replace", "replace old_str, which must occur exactly once in the file, with "
             "new_str.", "edit",
-            (("path", REQUIRED), ("old_str", REQUIRED), ("new_str", OPTIONAL)), _str_replace),
+            (("path", REQUIRED), ("old_str", REQUIRED), ("new_str", OPTIONAL))),
     Command("insert", "insert insert_text after line insert_line (0 = at the top).", "edit",
-            (("path", REQUIRED), ("insert_line", REQUIRED), ("insert_text", REQUIRED)), _insert),
+            (("path", REQUIRED), ("insert_line", REQUIRED), ("insert_text", REQUIRED))),
     Command("delete", "delete a file or a whole directory.", "delete",
-            (("path", REQUIRED),), _delete),
+            (("path", REQUIRED),)),
     Command("rename", "move old_path to new_path (never overwrites an existing path).", "rename",
-            (("old_path", REQUIRED), ("new_path", REQUIRED)), _rename),
+            (("old_path", REQUIRED), ("new_path", REQUIRED))),
 )}
 
 #: The six commands of Claude's memory tool (``memory_20250818``): the ones the SDK's tool classes

@@ -4,11 +4,13 @@ Owns what view, create, str_replace, insert, delete and rename do and their exac
 through `MemoryHandler.run()` (text or `CommandError`), `MemoryHandler.execute()` (content blocks
 for image views) and `tool_result()` (a Messages API `tool_result` block). Input checks live in
 `memfs.memory.schema`, str_replace and insert (with their re-application after a lost race) in
-`memfs.memory.edits`, reads and listings in `memfs.memory.files`, the path walk (never through a
-symlink, never outside the root) in `memfs.memory.paths`, writes (all or nothing; one PUT on a
-memfs mount) in `memfs.memory.atomic_write`, and view formatting in `memfs.memory.view`. Texts
-follow the SDK's `BetaLocalFilesystemMemoryTool`; every deliberate difference is listed in
-docs/HANDLER.md.
+`memfs.memory.edits`, reads and listings in `memfs.memory.files`, the roots, limits and checks
+before a write in `memfs.memory.workspace` (`MemoryHandler` is a `Workspace`), the path walk
+(never through a symlink, never outside the root) in `memfs.memory.paths`, writes (all or
+nothing; one PUT on a memfs mount) in `memfs.memory.atomic_write`, and view formatting in
+`memfs.memory.view`. `RUN` binds each command of the contract (`memfs.memory.command_table`) to
+the function that runs it. Texts follow the SDK's `BetaLocalFilesystemMemoryTool`; every
+deliberate difference is listed in docs/HANDLER.md.
 """
 
 from __future__ import annotations
@@ -18,20 +20,14 @@ import itertools
 import logging
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from memfs.memory import command_table, files, names, secrets_guard, view
-from memfs.memory.atomic_write import (
-    Edit,
-    rename_noreplace,
-    sync_directory,
-    write_file,
-)
-from memfs.memory.errors import CommandError, os_error, write_error
+from memfs.memory import command_table, edits, files, names, view
+from memfs.memory.atomic_write import rename_noreplace, sync_directory
+from memfs.memory.errors import CommandError, os_error
 from memfs.memory.paths import (
     MemoryPath,
-    MemoryRoot,
     PathMissing,
     PathNotDirectory,
     open_listable,
@@ -40,12 +36,12 @@ from memfs.memory.paths import (
     symlink_refused,
 )
 from memfs.memory.schema import validate
-from memfs.protocol import MAX_AGENT_ID, TREE_OBJECTS_COUNTED, valid_agent_id
+from memfs.memory.workspace import DEFAULT_MAX_FILE_BYTES as DEFAULT_MAX_FILE_BYTES
+from memfs.memory.workspace import Workspace
+from memfs.protocol import TREE_OBJECTS_COUNTED
 
 log = logging.getLogger(__name__)
 
-#: Largest file (UTF-8 bytes) that create/str_replace/insert will write.
-DEFAULT_MAX_FILE_BYTES = 1024 * 1024
 #: Most entries (files and directories, at any depth) one `delete` removes: each is an unlink or
 #: rmdir, on memfs a request each, one after the other. A bucket writer's 100,000 planted files
 #: made one delete run for an hour on moto, and a client's timeout left it half done (sixth
@@ -83,17 +79,7 @@ def _too_big_to_delete(mp: MemoryPath, size: files.TreeSize, verb: str = "delete
     return None
 
 
-def _plain_name(name: object) -> bool:
-    """One name a path can spell as itself: not hidden, no escapes, no path syntax."""
-    if not isinstance(name, str) or not name or name.startswith(".") or names.has_refused(name):
-        return False
-    try:
-        return parse(f"/memories/{name}").parts == (name,)
-    except CommandError:
-        return False
-
-
-class MemoryHandler:
+class MemoryHandler(Workspace):
     """Executes memory commands on the directory `root`, which stands for `/memories`.
 
     `run(command)` returns the text for Claude or raises `CommandError`; `execute(command)` is the
@@ -102,32 +88,9 @@ class MemoryHandler:
     writes. `secrets_guard` makes create/str_replace/insert refuse new content that looks like a
     credential (`memfs.memory.secrets_guard`). `agent_id` (printable ASCII, at most 200
     characters) is recorded by a memfs mount as the `memfs-agent` of every file this handler
-    writes; it is ignored on other filesystems.
+    writes; it is ignored on other filesystems. `shared` maps names to read-only areas shown as
+    `/memories/<name>` (`memfs.memory.workspace`, which holds all of these).
     """
-
-    def __init__(
-        self,
-        root: str | os.PathLike[str],
-        *,
-        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-        secrets_guard: bool = False,
-        agent_id: str | None = None,
-        shared: Mapping[str, str | os.PathLike[str]] | None = None,
-    ) -> None:
-        if agent_id is not None and not valid_agent_id(agent_id):
-            raise ValueError(
-                f"agent_id must be 1-{MAX_AGENT_ID} printable ASCII characters, got {agent_id!r}"
-            )
-        self.root = MemoryRoot(root)
-        #: Read-only areas shown as `/memories/<name>` (e.g. a team's notes next to the tenant's).
-        self.shared: dict[str, MemoryRoot] = {}
-        for name, path in (shared or {}).items():
-            if not _plain_name(name):
-                raise ValueError(f"shared area name must be one plain name, got {name!r}")
-            self.shared[name] = MemoryRoot(path)
-        self.max_file_bytes = max_file_bytes
-        self.secrets_guard = secrets_guard
-        self.agent_id = agent_id or None
 
     # -- entry points ----------------------------------------------------------------------
 
@@ -150,16 +113,18 @@ class MemoryHandler:
 
     def _execute(self, command: Mapping[str, Any]) -> Content:
         name, fields = validate(command)
-        spec = command_table.COMMANDS[name]  # what runs it: the table's entry (one place)
+        run = RUN.get(name)
+        if run is None:  # in the contract but bound to nothing: a command half added
+            raise CommandError(f"The command `{name}` is not implemented by this handler.")
         display = fields.get("path") or fields.get("old_path") or ""
         try:
-            return spec.run(self, fields)
+            return run(self, fields)
         except PathNotDirectory:
             raise files.missing(display, name) from None
         except PathMissing:
             raise files.missing(display, name) from None
         except OSError as err:
-            raise os_error(spec.action, display, err) from err
+            raise os_error(command_table.COMMANDS[name].action, display, err) from err
 
     def run(self, command: Mapping[str, Any]) -> str:
         """Run one command; return the text for Claude (an image view returns its caption)."""
@@ -198,66 +163,7 @@ class MemoryHandler:
                 with contextlib.suppress(FileNotFoundError):  # gone meanwhile: as wanted
                     files.remove(fd, name)
 
-    # -- helpers ---------------------------------------------------------------------------
-
-    def _encode_for_write(self, mp: MemoryPath, content: str) -> bytes:
-        data = content.encode("utf-8")
-        if len(data) > self.max_file_bytes:
-            raise CommandError(
-                f"{mp.display} would be {len(data):,} bytes, over the {self.max_file_bytes:,}-byte "
-                "limit for one memory file; nothing was written. Split the content across "
-                "several smaller files."
-            )
-        return data
-
-    def _guard(self, mp: MemoryPath, content: str, changed: tuple[int, int] | None = None) -> None:
-        """With the secrets guard on, refuse `content` if the part in `changed` has a credential.
-
-        Only findings overlapping the changed range count, so editing a file that already holds
-        something credential-like (written before the guard was on) stays possible.
-        """
-        if not self.secrets_guard:
-            return
-        findings = secrets_guard.scan(content, changed)
-        if findings:
-            raise CommandError(secrets_guard.refusal(mp.display, findings))
-
-    def _write(
-        self,
-        dir_fd: int,
-        mp: MemoryPath,
-        data: bytes,
-        *,
-        exclusive: bool = False,
-        edit: Edit | None = None,
-    ) -> None:
-        try:
-            if edit is None:
-                write_file(dir_fd, mp.name, data, exclusive=exclusive, agent_id=self.agent_id)
-            else:
-                write_file(dir_fd, mp.name, data, agent_id=self.agent_id, edit=edit)
-        except FileExistsError:
-            raise
-        except OSError as err:
-            raise write_error(mp.display, err) from err
-
     # -- shared areas ----------------------------------------------------------------------
-
-    def _locate(self, mp: MemoryPath) -> tuple[MemoryRoot, MemoryPath]:
-        """The root that holds `mp` (a shared area's, or the tenant's) and `mp` relative to it."""
-        if mp.parts and mp.parts[0] in self.shared:
-            return self.shared[mp.parts[0]], MemoryPath(mp.display, mp.parts[1:], mp.parts[:1])
-        return self.root, mp
-
-    def _writable(self, *mps: MemoryPath) -> None:
-        """Refuse a write, rename or delete that touches a read-only shared area."""
-        for mp in mps:
-            if mp.parts and mp.parts[0] in self.shared:
-                raise CommandError(
-                    f"The path {mp.display} is in /memories/{names.escape(mp.parts[0])}, a "
-                    "read-only shared area: it can be viewed, but not created in, edited, "
-                    "renamed, moved or deleted. Nothing was changed."
-                )
 
     def _root_listing(self, mp: MemoryPath, fd: int) -> str:
         """The view of `/memories`: the tenant's entries with each shared area in its place."""
@@ -411,6 +317,18 @@ class MemoryHandler:
             except FileNotFoundError:
                 raise files.missing(src.display, "rename") from None
         return f"Successfully renamed {src.display} to {dst.display}"
+
+
+#: Each command of the contract (``command_table.COMMANDS``) bound to the function that runs it,
+#: given the handler and the checked fields: the one place a name meets its implementation.
+RUN: dict[str, Callable[[MemoryHandler, dict[str, Any]], Content]] = {
+    "view": MemoryHandler._view,
+    "create": MemoryHandler._create,
+    "str_replace": edits.str_replace,
+    "insert": edits.insert,
+    "delete": MemoryHandler._delete,
+    "rename": MemoryHandler._rename,
+}
 
 
 def _block_field(block: Any, name: str) -> Any:

@@ -15,19 +15,17 @@ import errno
 import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memfs.memory import files, reapply, text, view
 from memfs.memory.atomic_write import Edit, open_edit, write_file
 from memfs.memory.errors import CommandError, write_error
 from memfs.memory.paths import MemoryPath, parse
+from memfs.memory.workspace import Workspace
 from memfs.protocol import XATTR_EDIT_REFUSED
 
-if TYPE_CHECKING:
-    from memfs.memory.commands import MemoryHandler
 
-
-def str_replace(h: MemoryHandler, f: dict[str, Any]) -> str:
+def str_replace(h: Workspace, f: dict[str, Any]) -> str:
     mp = parse(f["path"])
     h._writable(mp)
     old, new = f["old_str"], f["new_str"] or ""
@@ -64,7 +62,7 @@ def str_replace(h: MemoryHandler, f: dict[str, Any]) -> str:
     )
 
 
-def insert(h: MemoryHandler, f: dict[str, Any]) -> str:
+def insert(h: Workspace, f: dict[str, Any]) -> str:
     mp = parse(f["path"])
     h._writable(mp)
     at, inserted = f["insert_line"], f["insert_text"].rstrip("\n")
@@ -100,7 +98,7 @@ def insert(h: MemoryHandler, f: dict[str, Any]) -> str:
 
 
 @contextmanager
-def _edit(h: MemoryHandler, dir_fd: int, mp: MemoryPath, attempt: int
+def _edit(h: Workspace, dir_fd: int, mp: MemoryPath, attempt: int
           ) -> Iterator[tuple[Edit, str]]:
     """Open `mp` for one read-modify-write (attempt `attempt`); yield the edit and the text it
     read. On a memfs mount the read and the commit are one transaction. Leaving the block
@@ -159,7 +157,7 @@ def _or_refuse(parent: int, mp: MemoryPath, rebase: Callable[..., int], *args: A
         ) from None
 
 
-def _commit(parent: int, mp: MemoryPath, edit: Edit, data: bytes, h: MemoryHandler
+def _commit(parent: int, mp: MemoryPath, edit: Edit, data: bytes, h: Workspace
             ) -> OSError | None:
     """Commit `data`; None if it landed, the error if another writer committed first (the
     caller tries again). Any other failure is the command's error."""

@@ -21,28 +21,12 @@ from __future__ import annotations
 import bisect
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import trio
 
+from memfs.mount.dircache import DirCache, ReadBudget
 from memfs.s3.objectmeta import ObjectInfo
 from memfs.s3.store import SHADOWED, Listing, ListingPage, shadowed_names
-
-if TYPE_CHECKING:  # (nodes imports this module)
-    from memfs.mount.nodes import DirCache
-
-
-@dataclass
-class ReadBudget:
-    """What the directory handles reading one listing (one ``DirStream``, or one installed
-    ``DirCache``) have spent together on their entries' stored metadata: the budget is the
-    listing's, not each handle's — four readers of a planted 100,000 each spending their own
-    read 16,384 files' metadata for one directory (seventh hostile review, F24)."""
-
-    # How many entries' metadata was read (``dirhandles.READDIR_METADATA_BUDGET``).
-    metadata_reads: int = 0
-    # How many bytes of files were fetched whole for it (``dirhandles.READDIR_WHOLE_BYTES``).
-    fetched_whole: int = 0
 
 
 @dataclass

@@ -7,8 +7,9 @@ were confirmed, and the kernel's lookup count. Renames re-key a node and all its
 A node whose name was removed stays in the table until the kernel forgets it (open files keep
 working on it), but it no longer answers for any path.
 
-Directory listings (``DirCache``) live on directory nodes: names → kind, refreshed by one LIST and
-kept in step with this mount's own changes so they never need a LIST to see what we did.
+Directory listings (``DirCache``, ``memfs.mount.dircache``) live on directory nodes: names →
+kind, refreshed by one LIST and kept in step with this mount's own changes so they never need a
+LIST to see what we did.
 
 Everything here lives on the trio thread and is changed only by the mount core; nothing here knows
 FUSE (the adapter turns a node into the kernel's attributes).
@@ -20,24 +21,14 @@ import stat
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
-from memfs.mount.dirstream import DirStream, ReadBudget
+from memfs.mount.dircache import DirCache, Kind, ReadBudget
+from memfs.mount.dirstream import DirStream
 from memfs.mount.pathtree import PathTree, parent_of
-from memfs.mount.sortednames import SortedNames
 from memfs.s3.objectmeta import ObjectInfo
 
 #: The root directory's inode number (FUSE's FUSE_ROOT_ID).
 ROOT_INODE = 1
-
-
-class Kind(Enum):
-    FILE = "file"
-    DIR = "dir"
-    LINK = "link"
-    # A FIFO, socket, character or block device: an empty object whose mode carries the type
-    # (s3fs-fuse's layout). The kernel serves its opens itself; S3 holds only its attributes.
-    SPECIAL = "special"
 
 
 _SPECIAL_TYPES = (stat.S_IFIFO, stat.S_IFSOCK, stat.S_IFCHR, stat.S_IFBLK)
@@ -58,75 +49,6 @@ def type_bits(kind: Kind, mode: int | None) -> int:
     if kind is Kind.SPECIAL:
         return stat.S_IFMT(mode or 0)
     return {Kind.FILE: stat.S_IFREG, Kind.DIR: stat.S_IFDIR, Kind.LINK: stat.S_IFLNK}[kind]
-
-
-@dataclass
-class DirCache:
-    """A directory's children as of ``fetched_at`` plus everything this mount did since."""
-
-    files: dict[str, ObjectInfo]
-    dirs: set[str]
-    fetched_at: float
-    # Whether the directory has its own marker object (else it exists only through children).
-    has_marker: bool = False
-    # When the LIST behind it was sent: anything this mount learned later is newer than it.
-    started: float = 0.0
-    # Files S3 holds under the name of a subdirectory, hidden by it (Store._prefer_directories):
-    # removing that directory removes them too, so the name does not come back as a file.
-    shadowed: dict[str, ObjectInfo] = field(default_factory=dict)
-    # How many keys S3 holds under it that no entry shows (``Listing.unshown``): rmdir removes
-    # them.
-    unshown: int = 0
-    # What readdir handles of this listing spent on their entries' metadata (shared by them).
-    budget: ReadBudget = field(default_factory=ReadBudget)
-    # ``names()``, once asked for, kept in step with every change (``apply``, ``discard``).
-    _sorted: SortedNames | None = field(default=None, repr=False, compare=False)
-
-    def names(self) -> SortedNames:
-        """Every entry's name, sorted (read only): one version for every caller until the
-        listing changes, and versions that share all but the chunk a change touched. Each
-        readdir handle of a read listing had sorted a copy of its own: 2,000 handles held open
-        on a planted 100,000 took the daemon to 1.7 GB (tenth hostile review, F35); a change
-        between handles made the next one sort again (eleventh, F39)."""
-        if self._sorted is None:
-            self._sorted = SortedNames.of(self.dirs | self.files.keys())
-        return self._sorted
-
-    def is_empty(self) -> bool:
-        return not self.dirs and not self.files
-
-    def same_names(self, other: DirCache) -> bool:
-        return self.dirs == other.dirs and self.files.keys() == other.files.keys()
-
-    def keys(self) -> int:
-        """How many entries its LIST held, shown or not: what re-listing it costs (a
-        directory of keys no entry shows is as big as one of files, ``BIG_DIR``)."""
-        return len(self.files) + len(self.dirs) + self.unshown
-
-    def kind_of(self, name: str) -> Kind | None:
-        if name in self.dirs:
-            return Kind.DIR
-        if name in self.files:
-            return Kind.FILE
-        return None
-
-    def discard(self, name: str) -> None:
-        self.dirs.discard(name)
-        self.files.pop(name, None)
-        if self._sorted is not None:
-            self._sorted = self._sorted.without(name)
-
-    def apply(self, name: str, what: object) -> None:
-        """One change made by this mount: Kind.DIR, an ObjectInfo, or None (removed)."""
-        self.dirs.discard(name)
-        self.files.pop(name, None)
-        if what is Kind.DIR:
-            self.dirs.add(name)
-        elif isinstance(what, ObjectInfo):
-            self.files[name] = what
-        if self._sorted is not None:
-            shown = what is Kind.DIR or isinstance(what, ObjectInfo)
-            self._sorted = self._sorted.with_name(name) if shown else self._sorted.without(name)
 
 
 @dataclass(slots=True)  # one per entry the kernel was shown: 100,000 in a planted directory

@@ -15,16 +15,15 @@ from dataclasses import dataclass
 
 from memfs.ops.history import (
     HistoryError,
-    Version,
     Warn,
     find_version,
-    fmt_time,
     key_history,
     not_a_file,
     require_versioning,
     same_content,
 )
 from memfs.ops.locate import Target
+from memfs.ops.versions import Version, fmt_time
 from memfs.s3.bucket import Bucket
 
 

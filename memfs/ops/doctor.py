@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memfs.locations import default_cache_dir
 from memfs.mountinfo import mounted_at
 from memfs.protocol import FSTYPE, NAME
+from memfs.s3.endpoint import probe_endpoint
 from memfs.s3.errors import S3_ERRORS, describe_s3_error, one_line
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
@@ -138,6 +140,7 @@ def check_credentials(s: Setup) -> Check:
     checks after this one)."""
     if not s.bucket:
         return Check("credentials", SKIP, "no bucket given (SOURCE, --bucket or MEMFS_BUCKET)")
+    # On first use: `memfs` starts without it (slow to import; no cycle: test_layout).
     from memfs.s3.client import make_client
 
     try:
@@ -188,8 +191,6 @@ def conditional_writes(store: Any) -> tuple[bool | None, str]:
     """The seam onto the endpoint probe (``memfs.s3.endpoint.probe_endpoint``): whether the
     endpoint refuses a stale ``If-Match`` on PUT (None: could not tell), and what else it found
     that changes what memfs does."""
-    from memfs.s3.endpoint import probe_endpoint
-
     caps = probe_endpoint(store)
     if not caps.probed:
         return None, ""
@@ -199,6 +200,7 @@ def conditional_writes(store: Any) -> tuple[bool | None, str]:
 def check_conditional_writes(s: Setup) -> Check:
     if "list" not in s.state:
         return Check("conditional writes", SKIP, "the bucket cannot be used")
+    # On first use: `memfs` starts without it (slow to import; no cycle: test_layout).
     from memfs.s3.store import Store
 
     store = Store(s.state["client"], s.bucket or "", s.prefix)
@@ -241,8 +243,6 @@ def check_clock(s: Setup) -> Check:
 
 def check_cache_dir(s: Setup) -> Check:
     if s.cache_dir is None:
-        from memfs.locations import default_cache_dir
-
         s.cache_dir = default_cache_dir()
     place = s.cache_dir
     while not place.exists() and place != place.parent:

@@ -39,8 +39,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memfs.ops.errors import S3_ERRORS, OpError
-from memfs.ops.history import fmt_time, parse_duration
+from memfs.ops.history import parse_duration
 from memfs.ops.locate import Target
+from memfs.ops.versions import fmt_time
 from memfs.protocol import META_MTIME
 from memfs.s3.bucket import DELETE_BATCH, Bucket, Listed
 

@@ -25,13 +25,14 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memfs.ops.errors import OpError
 from memfs.ops.locate import Target
 from memfs.ops.noise import empty_first_candidates, is_editor_temporary
+from memfs.ops.versions import Version
 from memfs.protocol import META_AGENT as AGENT_META
 from memfs.protocol import META_MTIME
 from memfs.protocol import META_RESTORED_FROM as RESTORED_FROM_META
@@ -50,27 +51,6 @@ NOISE_CHECKS = 25
 
 class HistoryError(OpError):
     """A history, restore or log that cannot be done."""
-
-
-@dataclass(frozen=True)
-class Version:
-    """One entry of a key's history: a stored version, or a deletion (an S3 delete marker)."""
-
-    key: str
-    version_id: str
-    time: datetime
-    deleted: bool
-    latest: bool
-    size: int | None = None
-    writer: str | None = None
-    agent: str | None = None
-    restored_from: str | None = None
-    etag: str | None = None  # as S3 lists it; equal ETags mean equal bytes
-
-    def as_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["time"] = fmt_time(self.time)
-        return d
 
 
 # -- reading versions ----------------------------------------------------------------------------
@@ -193,13 +173,6 @@ def drop_noise(s3: Bucket, entries: Sequence[Version], seen: Seen,
 
     drop = {i for i in candidates if writer(entries[i]) == writer(entries[i - 1])}
     return [v for i, v in enumerate(entries) if i not in drop]
-
-
-# -- times ---------------------------------------------------------------------------------------
-
-
-def fmt_time(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- history --------------------------------------------------------------------------------------

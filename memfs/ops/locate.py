@@ -77,6 +77,7 @@ class Target:
         return escape(shown)
 
     def client(self) -> Any:
+        # On first use: `memfs` starts without boto3 (slow to import; no cycle: test_layout).
         from memfs.s3.client import make_client
 
         return make_client(self.endpoint_url, self.region)

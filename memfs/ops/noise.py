@@ -17,10 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from memfs.ops.history import Version
+from memfs.ops.versions import Version
 
 #: How much newer the non-empty version may be for the empty one before it to be noise.
 EMPTY_FIRST_WINDOW = timedelta(seconds=5)

@@ -1,7 +1,8 @@
 """The command table (``memfs.memory.command_table``) is the one definition of the command set:
-a command added to it — one entry plus its function — reaches the input checks, the handler,
-the JSON-lines protocol, the MCP tool (schema, description, calls) and both SDK tools; and the
-texts Claude and MCP clients read are the table's."""
+a command added to it — one entry plus its function, bound to its name in the dispatcher
+(``commands.RUN``) — reaches the input checks, the handler, the JSON-lines protocol, the MCP
+tool (schema, description, calls) and both SDK tools; and the texts Claude and MCP clients read
+are the table's."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from memfs.memory import (
     serve_jsonl,
 )
 from memfs.memory import command_table as table
+from memfs.memory.commands import RUN
 from memfs.memory.mcp_server import MemoryToolService
 from memfs.memory.paths import parse
 
@@ -37,7 +39,7 @@ def _stat(h: MemoryHandler, f: dict[str, Any]) -> str:
 
 
 STAT = table.Command("stat", "the size of a file.", "stat",
-                     (("path", table.REQUIRED), ("in_bytes", table.OPTIONAL)), _stat)
+                     (("path", table.REQUIRED), ("in_bytes", table.OPTIONAL)))
 NEW_FIELDS = {"in_bytes": table.Field("boolean", "{commands} (optional): say the unit.")}
 CALL = {"command": "stat", "path": "/memories/a.md"}
 ANSWER = "/memories/a.md: 5 bytes"
@@ -55,11 +57,13 @@ def _mcp(root: Path) -> tuple[dict[str, Any], str, str]:
     return tool["inputSchema"], tool["description"] or "", asyncio.run(call())
 
 
-def test_a_command_added_to_the_table_reaches_every_consumer(tmp_path: Path) -> None:
+def test_a_command_added_to_the_table_reaches_every_consumer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "a.md").write_text("hello")
     handler = MemoryHandler(tmp_path)
     with pytest.raises(CommandError, match="Unknown command `stat`"):
         handler.run(CALL)
+    monkeypatch.setitem(RUN, "stat", _stat)  # the dispatcher's one line for it
     with table.extended(STAT, fields=NEW_FIELDS):
         # The input checks and the dispatcher.
         assert handler.run(CALL) == ANSWER
@@ -116,8 +120,8 @@ def test_the_mcp_tool_is_the_tables_memory_20250818() -> None:
 
 def test_each_command_runs_what_the_table_names(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """The handler runs the table's function (a replaced entry is what runs), and an OS error
-    is worded with the table's verb."""
+    """The handler runs the function bound to the name (a replaced one is what runs), and an OS
+    error is worded with the table's verb."""
     seen: list[dict[str, Any]] = []
 
     def fake(h: MemoryHandler, f: dict[str, Any]) -> str:
@@ -125,10 +129,23 @@ def test_each_command_runs_what_the_table_names(tmp_path: Path,
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setitem(table.COMMANDS, "delete", table.Command(
-        "delete", "x", "obliterate", (("path", table.REQUIRED),), fake))
+        "delete", "x", "obliterate", (("path", table.REQUIRED),)))
+    monkeypatch.setitem(RUN, "delete", fake)
     with pytest.raises(CommandError, match="obliterate"):
         MemoryHandler(tmp_path).run({"command": "delete", "path": "/memories/x"})
     assert seen == [{"path": "/memories/x"}]
+
+
+def test_every_command_of_the_table_is_bound_to_a_function() -> None:
+    """The contract and the dispatcher name the same commands: none described and not run,
+    none run and not described."""
+    assert list(RUN) == list(table.COMMANDS)
+
+
+def test_a_command_described_but_not_bound_is_refused_in_words(tmp_path: Path) -> None:
+    with table.extended(STAT, fields=NEW_FIELDS), pytest.raises(
+            CommandError, match="The command `stat` is not implemented"):
+        MemoryHandler(tmp_path).run(CALL)
 
 
 def test_memfs_handler_is_a_deprecated_alias_of_memfs_memory() -> None:

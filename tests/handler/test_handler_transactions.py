@@ -15,6 +15,7 @@ import pytest
 
 import memfs.memory.commands as handler_module
 import memfs.memory.edits as edits_module
+import memfs.memory.workspace as workspace_module
 from memfs.memory import CommandError, MemoryHandler, atomic_write
 from memfs.protocol import XATTR_STATS
 from tests.conftest import BUCKET
@@ -201,7 +202,7 @@ def test_a_create_whose_write_fails_leaves_no_directories(
     def failing_write(*args: Any, **kwargs: Any) -> None:
         raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
 
-    monkeypatch.setattr(handler_module, "write_file", failing_write)
+    monkeypatch.setattr(workspace_module, "write_file", failing_write)
     assert err(h, command="create", path="/memories/x/y/z.md", file_text="x") == (
         "Could not save /memories/x/y/z.md: the storage quota is exhausted (EDQUOT). The command "
         "was not applied; view /memories/x/y/z.md again and retry.")
@@ -216,7 +217,7 @@ def test_a_directory_someone_else_filled_meanwhile_is_kept(
         (root / "x/y/theirs.md").write_text("theirs")
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-    monkeypatch.setattr(handler_module, "write_file", other_writer_then_fail)
+    monkeypatch.setattr(workspace_module, "write_file", other_writer_then_fail)
     err(h, command="create", path="/memories/x/y/z.md", file_text="x")
     assert tree(root) == {"x/": None, "x/y/": None, "x/y/theirs.md": b"theirs"}
 

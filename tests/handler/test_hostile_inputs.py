@@ -7,7 +7,6 @@ MEMFS_FUZZ_LINES to change the count.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import os
@@ -19,8 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memfs.memory import command_table
-from memfs.memory.commands import MemoryHandler
+from memfs.memory.commands import RUN, MemoryHandler
 from memfs.memory.errors import CommandError
 from memfs.memory.jsonl import max_line_bytes, serve_jsonl
 from memfs.memory.schema import COMMANDS
@@ -106,8 +104,7 @@ def test_a_bug_becomes_one_error_text(root: Path, monkeypatch: pytest.MonkeyPatc
     def boom(_h: Any, _f: Any) -> Any:
         raise KeyError("bug")
 
-    view = command_table.COMMANDS["view"]
-    monkeypatch.setitem(command_table.COMMANDS, "view", dataclasses.replace(view, run=boom))
+    monkeypatch.setitem(RUN, "view", boom)
     with pytest.raises(CommandError, match="failed unexpectedly"):
         h.run({"command": "view", "path": "/memories"})
 
