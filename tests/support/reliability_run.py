@@ -14,7 +14,10 @@ Scenarios (``python -m tests.support.reliability_run [SCENARIO ...]``, default a
 * ``load`` — 8 agents x 250 commands on one mount, and across two mounts;
 * ``storm`` — 4 agents on two mounts editing the same two files (designed conflicts);
 * ``crash`` — ``kill -9`` of the daemon during heavy writes (3 rounds), then a SIGTERM round
-  with a file held open.
+  with a file held open;
+* ``descriptors`` — the one-mount descriptor model (:mod:`tests.support.descriptor_model`, the
+  CI test's fast subset at 20 examples) at 400 examples of 60 steps (``--quick``: 40), while two
+  writers rewrite other files of the same mount.
 
 Big files (``--big-mib``, default 64; ``--quick``: 12 with ``--part-size 5M``; 0: none) are
 written through the same mounts at the same time, with the workloads and checks of
@@ -82,6 +85,7 @@ from tests.support.bigfiles import (
     s3_objects_except,
     write_whole,
 )
+from tests.support.descriptor_model import run_model
 from tests.support.mounts import MountError, Mounts
 from tests.support.s3proxy import (
     INTERNAL_ERROR,
@@ -98,7 +102,7 @@ from tests.support.s3server import atomic_conditional_writes, moto_server
 
 BUCKET = "memfs-reliability"
 REGION = "us-east-1"
-SCENARIOS = ("faults", "sweep", "load", "storm", "crash")
+SCENARIOS = ("faults", "sweep", "load", "storm", "crash", "descriptors")
 
 
 @dataclass(frozen=True)
@@ -537,14 +541,51 @@ def scenario_crash(lab: Lab, opts: Options) -> dict[str, Any]:
                         "peak_rss_kb": rss}}
 
 
+def scenario_descriptors(lab: Lab, opts: Options) -> dict[str, Any]:
+    """The descriptor model on one mount, long, while two writers load the same mount."""
+    lab.fresh_bucket()
+    ttl = 0.3
+    mnt, proc = lab.mount("--metadata-ttl", str(ttl))
+    (mnt / "model").mkdir()
+    (mnt / "load").mkdir()
+    log, stop = WriterLog(), threading.Event()
+    writers = [threading.Thread(target=heavy_writer, daemon=True,
+                                args=(mnt / "load", f"w{i}.bin", 256 * 1024, log, stop))
+               for i in range(2)]
+    for t in writers:
+        t.start()
+    examples = 40 if opts.quick else 400
+    failure = None
+    with tempfile.TemporaryDirectory(prefix="memfs-model-") as local:
+        try:
+            run_model(mnt / "model", Path(local), lambda prefix: s3_objects(lab.s3, BUCKET, prefix),
+                      prefix="model/", ttl=ttl, max_examples=examples, steps=60)
+        except Exception as exc:  # hypothesis has printed the shrunk example
+            failure = f"{type(exc).__name__}: {exc}"[:2000]
+    stop.set()
+    for t in writers:
+        t.join(120)
+    rss = vm_hwm_kb(proc.pid)
+    lab.unmount(mnt)
+    return {"descriptor model": {"examples": examples, "failure": failure,
+                                 "load_writes": log.writes, "load_errors": dict(log.errors),
+                                 "peak_rss_kb": rss}}
+
+
 RUNNERS: dict[str, Callable[[Lab, Options], dict[str, Any]]] = {
     "faults": scenario_faults, "sweep": scenario_sweep, "load": scenario_load,
-    "storm": scenario_storm, "crash": scenario_crash,
+    "storm": scenario_storm, "crash": scenario_crash, "descriptors": scenario_descriptors,
 }
 
 
 def _rows(name: str, result: dict[str, Any]) -> Iterator[list[str]]:
     for label, r in result.items():
+        if name == "descriptors":
+            yield [name, f"{label}, {r['examples']} examples", "-",
+                   "0" if r["failure"] is None else "1", "-", "-",
+                   "0" if r["failure"] is None else "FAILED (above)",
+                   str(r["peak_rss_kb"] // 1024), "-"]
+            continue
         if name == "crash":
             if label == "sigterm":
                 yield [name, "SIGTERM, file held open", "-", f"exit {r['exit']}", "-", "-",
