@@ -12,6 +12,8 @@ from __future__ import annotations
 import mailbox
 import os
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -167,3 +169,21 @@ def test_descriptors_beside_a_transaction_see_its_commit(mnt: Path, s3) -> None:
     assert p.read_bytes() == b"second\nthird\n"
     assert body(s3, "t.md") == b"second\nthird\n"
     assert not conflicts(s3)
+
+
+def test_a_reader_closing_beside_a_held_truncation_uploads_nothing(mnt: Path, s3) -> None:
+    """`cmd > f` while someone reads f on this mount: the reader sees the empty file at once,
+    and its close() does not put the empty file in S3 while the truncating process holds it."""
+    p = mnt / "r.md"
+    p.write_bytes(b"old contents\n")
+    fd = os.open(p, os.O_WRONLY | os.O_TRUNC)  # fd < 64: a holder the daemon looks for
+    try:
+        read = subprocess.run([sys.executable, "-c", f"print(len(open({str(p)!r}, 'rb').read()))"],
+                              capture_output=True, text=True, check=True)
+        assert read.stdout == "0\n"  # another process's reader, closed while fd is held
+        os.close(os.dup(fd))  # the shell's own close after dup2
+        assert body(s3, "r.md") == b"old contents\n"
+        os.write(fd, b"new\n")
+    finally:
+        os.close(fd)
+    assert body(s3, "r.md") == b"new\n"
