@@ -49,6 +49,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -560,8 +561,9 @@ def scenario_descriptors(lab: Lab, opts: Options) -> dict[str, Any]:
         try:
             run_model(mnt / "model", Path(local), lambda prefix: s3_objects(lab.s3, BUCKET, prefix),
                       prefix="model/", ttl=ttl, max_examples=examples, steps=60)
-        except Exception as exc:  # hypothesis has printed the shrunk example
-            failure = f"{type(exc).__name__}: {exc}"[:2000]
+        except Exception as exc:  # hypothesis has printed the shrunk example, if it could
+            failure = "".join(traceback.format_exception(exc))[-20_000:]  # sub-exceptions too
+            print(failure, flush=True)
     stop.set()
     for t in writers:
         t.join(120)
