@@ -26,4 +26,4 @@ def test_descriptors_on_one_mount_see_one_file(mount_factory, s3, tmp_path: Path
     local = tmp_path / "local"
     local.mkdir()
     run_model(mnt, local, lambda prefix: s3_objects(s3, BUCKET, prefix), ttl=TTL,
-              max_examples=20, steps=30)
+              max_examples=15, steps=25)

@@ -16,7 +16,7 @@ Scenarios (``python -m tests.support.reliability_run [SCENARIO ...]``, default a
 * ``crash`` — ``kill -9`` of the daemon during heavy writes (3 rounds), then a SIGTERM round
   with a file held open;
 * ``descriptors`` — the one-mount descriptor model (:mod:`tests.support.descriptor_model`, the
-  CI test's fast subset at 20 examples) at 400 examples of 60 steps (``--quick``: 40), while two
+  CI test's fast subset at 15 examples) at 400 examples of 60 steps (``--quick``: 40), while two
   writers rewrite other files of the same mount.
 
 Big files (``--big-mib``, default 64; ``--quick``: 12 with ``--part-size 5M``; 0: none) are
