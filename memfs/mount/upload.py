@@ -162,10 +162,18 @@ class Uploader(Part):
         (``forget_attrs``)."""
         followed = False
         for other in self.handles.states_of(of.node):
-            if (other is of or other.private or other.local or base is None
-                    or other.base_etag != base or other.lock.locked()):
+            if other is of or other.private or other.lock.locked():
+                continue
+            if base is None:
+                # A new file committed beside the descriptors that created it and wrote
+                # nothing: theirs is the committed file now (else their upload, If-None-Match,
+                # would fail against it).
+                if not (other.is_new and other.body is not None and other.body.size == 0):
+                    continue
+            elif other.local or other.base_etag != base:
                 continue
             other.body, other.base_etag, other.remote_size = body, body.etag, body.size
+            other.is_new = other.dirty = False
             followed = True
         if followed:
             self.state.kernel.forget_attrs(of.node.inode)

@@ -147,3 +147,29 @@ def test_a_transaction_marked_after_its_own_o_trunc_discards_the_truncation() ->
         core.check_invariants()
 
     trio.run(main)
+
+
+def test_a_transaction_on_a_new_file_beside_its_creator_never_conflicts() -> None:
+    """Issue 50's model: a descriptor creates a file and writes nothing, a transaction beside
+    it commits the file; the creator then reads the commit, and its close (and a second
+    transaction) upload over it instead of failing If-None-Match against it."""
+    store = MemoryStore()
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+
+    async def main() -> None:
+        creator, node = await core.create(ROOT_INODE, "f", 0o644, os.O_RDWR, ME)
+        for text in (b"first", b"second"):
+            edit = await core.open(node.inode, os.O_RDWR, ME)
+            await core.setxattr(node.inode, XATTR_ATOMIC, b"1", ME.pid)
+            await core.write(edit.fh, 0, text)
+            await core.fsync(edit.fh, False)
+            await core.release(edit.fh)
+            assert store.objects["f"][0] == text
+            assert await core.read(creator.fh, 0, 100) == text
+        await core.write(creator.fh, 6, b"!")
+        await core.flush(creator.fh)
+        await core.release(creator.fh)
+        assert store.objects["f"][0] == b"second!"
+        core.check_invariants()
+
+    trio.run(main)
