@@ -551,7 +551,8 @@ def scenario_descriptors(lab: Lab, opts: Options) -> dict[str, Any]:
     (mnt / "load").mkdir()
     log, stop = WriterLog(), threading.Event()
     writers = [threading.Thread(target=heavy_writer, daemon=True,
-                                args=(mnt / "load", f"w{i}.bin", 256 * 1024, log, stop))
+                                args=(mnt / "load", f"w{i}.bin", 256 * 1024, log, stop),
+                                kwargs={"max_writes": 10**9})  # until the model ends
                for i in range(2)]
     for t in writers:
         t.start()
