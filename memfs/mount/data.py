@@ -1,9 +1,10 @@
 """Open files: create, open, read, write, truncate, setattr, flush, fsync and release.
 
-The part that serves open files, over the loader and the uploader. Handles of one inode share one
-``OpenFile`` (a reader sees another descriptor's unsaved writes) except private copies: an
-``O_TRUNC`` rewrite gets its own, so other readers keep the old version until its close uploads the
-new one. Reads load at open (close-to-open consistency); write-only opens load lazily, and their
+The part that serves open files, over the loader and the uploader. One file per mount: handles of
+one inode share one ``OpenFile`` (a reader sees another descriptor's unsaved writes, an ``O_TRUNC``
+empties the file for every descriptor at once, all of them see one size), except a private
+transaction's (``transactions.py``), and handles still on a version another mount has replaced
+since. Reads load at open (close-to-open consistency); write-only opens load lazily, and their
 first write insists on the version the open saw; appends revalidate at open and always write at the
 end of the bytes they hold.
 
@@ -100,7 +101,7 @@ class DataPath(Part):
     def _new_handle(self, of: OpenFile, ctx: Caller, *, writing: bool,
                     append: bool = False) -> Opened:
         # Trap: the kernel caches a file's pages per inode, not per handle, while memfs lets
-        # handles of one inode hold different versions (transactions, O_TRUNC rewrites, readers
+        # handles of one inode hold different versions (transactions, readers
         # still on a version replaced since). A handle reading its version through the cache
         # fills it with bytes another handle then reads as its own. So handles that may diverge
         # bypass the cache (direct_io): writers (any may become a private transaction) and
@@ -135,35 +136,85 @@ class DataPath(Part):
         writing = flags & os.O_ACCMODE != os.O_RDONLY
         if writing or flags & os.O_TRUNC:
             self.state.writable(node.path)
-        if flags & os.O_TRUNC and writing:
-            # A rewrite gets a copy of its own: until its close uploads the new version, every
-            # other reader on this mount keeps seeing the old one, never an empty file.
-            private = OpenFile(node, body=self.state.new_blob(), dirty=node.size > 0, private=True,
-                               base_etag=node.etag, remote_size=node.size,
-                               truncation_only=node.size > 0)
-            return self._new_handle(private, ctx, writing=True)
+        # (Read-only too: the kernel has checked write permission and made its size 0.)
+        truncate = bool(flags & os.O_TRUNC)
         append = writing and bool(flags & os.O_APPEND)
+        # One file per mount: every descriptor of the file uses the one state that holds what
+        # this mount knows of it (its unsaved writes, or the version S3 holds), so all of them
+        # see one size, one set of bytes and every truncation (docs/SEMANTICS.md). An
+        # ``O_TRUNC`` truncates that state, as on a local disk, and uploads nothing yet.
         of = self.handles.shared.get(node.inode)
-        if of is None or not self.state.is_current(of) or (
-                append and not (of.dirty or of.is_new)):
-            # Handles already open keep their snapshot; this open starts from S3's version.
-            # An append always does: `>>` must land after whatever S3 holds now.
-            of = OpenFile(node, base_etag=node.etag, remote_size=node.size)
-            self.handles.shared[node.inode] = of
+        if of is not None and (of.local or (self.state.is_current(of) and not append)):
+            pass  # unsaved writes, or the version this mount knows, confirmed within the TTL
+        elif truncate and of is not None and of.base_etag == node.etag:
+            pass  # its bytes are about to go: no need to confirm them first
+        else:
+            # Close-to-open: this open starts from S3's version (an append always asks S3:
+            # `>>` must land after whatever it holds now). Handles still on an older state
+            # keep it, unless S3 still holds that state's version (``_rejoin``).
+            of = await self._fresh_state(node, load=not truncate and (
+                append or flags & os.O_ACCMODE != os.O_WRONLY or of is not None),
+                revalidate=append)
         try:
             async with of.lock:
-                if of.body is None and (append or flags & os.O_ACCMODE != os.O_WRONLY):
-                    # Readers load (and so revalidate) at open: close-to-open consistency.
-                    # Appends revalidate with S3 even within the TTL (a conditional GET,
-                    # usually a bodiless 304). Other write-only opens load lazily: `touch` or
-                    # a chmod need no download, and the first write insists on the version
-                    # open saw (see write()).
+                if truncate:
+                    self._truncate_at_open(of)
+                elif of.body is None and (append or flags & os.O_ACCMODE != os.O_WRONLY):
                     await self.loader.load(of, revalidate=append)
         except BaseException:
-            if of.handles == 0:
+            if of.handles == 0 and self.handles.shared.get(node.inode) is of:
                 self.handles.shared.pop(node.inode, None)
             raise
-        return self._new_handle(of, ctx, writing=writing, append=append)
+        opened = self._new_handle(of, ctx, writing=writing, append=append)
+        if truncate and of.truncation_only:
+            of.truncated_by = opened.fh
+        return opened
+
+    async def _fresh_state(self, node: Node, *, load: bool, revalidate: bool) -> OpenFile:
+        """A state for a new open, from S3's version: loaded (and so revalidated) when
+        ``load``. Readers load at open (close-to-open consistency), appends revalidate even
+        within the TTL (usually a bodiless 304); other write-only opens load lazily (`touch`
+        or a chmod need no download, and the first write insists on the version open saw,
+        see write()), unless handles are open on an older state: then the load tells whether
+        S3 still holds that state's version, and if so the open joins it (``_rejoin``)."""
+        fresh = OpenFile(node, base_etag=node.etag, remote_size=node.size)
+        if load:
+            async with fresh.lock:
+                await self.loader.load(fresh, revalidate=revalidate)
+        old = self.handles.shared.get(node.inode)
+        if old is not None and self._rejoin(old, fresh):
+            return old
+        self.handles.shared[node.inode] = fresh
+        return fresh
+
+    def _rejoin(self, old: OpenFile, fresh: OpenFile) -> bool:
+        """Whether a new open may join ``old`` rather than ``fresh``, the state it just loaded:
+        yes when ``old`` holds unsaved writes (made while ``fresh`` loaded) or the very version
+        ``fresh`` found in S3. Two states of one version would let one descriptor's writes go
+        unseen by another's reads, and the second upload fail against the first (a mount in
+        conflict with itself)."""
+        if old.local:
+            return True
+        return fresh.body is not None and old.base_etag == fresh.base_etag
+
+    def _truncate_at_open(self, of: OpenFile) -> None:
+        """``O_TRUNC``: the file is empty for every descriptor on this mount at once; S3 keeps
+        the old version until the truncation (or what is written next) is uploaded. When the
+        truncation is the state's only change it is not uploaded while the opening process
+        still holds the file (``flush``). Caller holds ``of.lock``."""
+        node = of.node
+        held = of.body.size if of.body is not None else node.size
+        # The kernel has made its cached size 0 already (atomic O_TRUNC): mirror it.
+        node.kernel_size = 0
+        if held == 0 and not of.local:
+            return  # an empty file stays as it is: nothing to upload
+        only = not of.local
+        of.body = self.state.new_blob()
+        of.dirty = True
+        node.size = 0
+        node.mtime = node.ctime = time.time()
+        of.truncation_only = only
+        of.truncated_by = None  # the handle being opened (``_open``)
 
     def _check_size(self, of: OpenFile, size: int) -> None:
         """EFBIG past S3's largest object or --max-file-size; ENOSPC past what the cache disk
@@ -243,7 +294,9 @@ class DataPath(Part):
             body = await self._mutable(of, locked=True)
             self.state.staged(body.truncate, size)  # sparse: no bytes are written
         of.dirty = True
-        if not of.private:
+        if of.private:  # a transaction's size and time show when it commits
+            of.mtime = time.time()
+        else:
             of.node.size = size
             of.node.mtime = time.time()
 
@@ -299,18 +352,21 @@ class DataPath(Part):
             self.state.kernel.forget_attrs(node.inode)
         self.state.staged(body.write, off, buf)
         of.dirty = True
-        if not of.private:  # a transaction's size shows when it commits
+        if of.private:  # a transaction's size and time show when it commits
+            of.mtime = time.time()
+        else:
             of.node.size = body.size
             of.node.mtime = time.time()
         return len(buf)
 
     async def flush(self, fh: int) -> None:
         of = self.handles.files[fh]
-        if of.truncation_only:
+        if of.truncation_only and of.truncated_by in self.handles.owner:
             # `cmd > f`: the shell closes its own descriptor right after dup2, before cmd has
-            # written. While the opening process still holds the file, the upload waits (for
-            # a write's close, fsync or release), so S3 never shows an empty file meanwhile.
-            _tid, pid = self.handles.owner[fh]
+            # written. While the process that truncated still holds the file, the upload waits
+            # (for a write's close, fsync or release), so S3 never shows an empty file
+            # meanwhile — whichever descriptor of the file is closed.
+            _tid, pid = self.handles.owner[of.truncated_by]
             if self.state.kernel.holds_file(pid, of.node.inode):
                 return
         await self.uploader.flush(of, commit=False)
@@ -370,6 +426,8 @@ class DataPath(Part):
             if (value := getattr(change, name)) is not None:
                 setattr(node, name, value)
                 changed = True
+        if change.mtime is not None and of is not None and of.private:
+            of.mtime = change.mtime  # what its commit sets, whatever it wrote before
         if changed or change.size is not None:
             node.ctime = time.time()  # every change of the inode moves its ctime
         if changed and inode != ROOT_INODE:

@@ -4,9 +4,9 @@ An open file's bytes live on disk (``OpenFile.body``, a ``Blob`` under the cache
 the first read or write until the last handle is released; every ``flush`` (each ``close()``,
 also of dup'd descriptors) and ``fsync`` uploads them as one whole object if they changed.
 Handles of one inode share one ``OpenFile`` — so a reader on another descriptor sees what a
-writer wrote before it closed — except private copies: an ``O_TRUNC`` rewrite and a transaction
-(xattr ``user.memfs.atomic``) each get an ``OpenFile`` of their own, invisible to other handles
-until uploaded.
+writer wrote before it closed, and an ``O_TRUNC`` or ``ftruncate`` through any of them — except
+a transaction (xattr ``user.memfs.atomic``), which gets an ``OpenFile`` of its own, invisible to
+other handles until it commits.
 
 Everything here lives on the trio thread. ``OpenFile.lock`` serialises what awaits S3 on one
 state (load, upload, truncate); see docs/INTERNALS.md for the lock order.
@@ -68,11 +68,20 @@ class OpenFile:
     private: bool = False
     # The last upload failed and close()/fsync() reported it: release must not retry unseen.
     upload_failed: bool = False
-    # An O_TRUNC open whose only change so far is the truncation. A close() while the opening
+    # Its only change so far is an O_TRUNC open's truncation. A close() while the opening
     # process still holds the file does not upload it (see DataPath.flush): a shell's `cmd > f`
     # closes its own descriptor right after dup2, and uploading then would show S3 an empty
     # file for as long as cmd runs.
     truncation_only: bool = False
+    # The handle whose O_TRUNC open made ``truncation_only``: its opener is the process whose
+    # holding the file defers the upload.
+    truncated_by: int | None = None
+    # A private transaction's mtime (its writes, truncations and times set through it), given
+    # to the node when it commits; None: it changed none.
+    mtime: float | None = None
+    # A transaction that took over its descriptor's unsaved changes from the shared state
+    # (``Transactions._make_private``): the node shows them already, so a discard restores it.
+    shown: bool = False
     lock: trio.Lock = field(default_factory=trio.Lock)
 
     @property
@@ -96,7 +105,7 @@ class HandleTable:
     shared: dict[int, OpenFile] = field(default_factory=dict)
     # Every open file handle's state, by file handle.
     files: dict[int, OpenFile] = field(default_factory=dict)
-    # The handles that hold a private copy (O_TRUNC rewrite or transaction), by file handle.
+    # The handles that hold a private copy (a transaction), by file handle.
     privates: dict[int, OpenFile] = field(default_factory=dict)
     # Which thread and process opened each handle: xattr calls carry no file handle.
     owner: dict[int, tuple[int, int]] = field(default_factory=dict)

@@ -1,7 +1,7 @@
 """How many files the daemon may hold open, and the share users other than the mount's get.
 
 Every open file state keeps one of the daemon's descriptors (its staged or cached bytes: one per
-file open, one per ``O_TRUNC`` rewrite), and so do S3 connections, the content cache's records
+file open, one per transaction), and so do S3 connections, the content cache's records
 and the log. systemd starts services with a soft ``RLIMIT_NOFILE`` of 1,024: on an
 ``--allow-other`` mount, another user holding 1,008 readable files open made every agent's
 ``cat`` and create fail with EIO, and the uploads of agents' closes fail for want of a socket —

@@ -201,6 +201,14 @@ class Transactions(Part):
                     private.body = await self.state.run_blocking(shared.body.size, shared.body.fork,
                                                    self.content.staging)
                 private.dirty = True
+            elif shared.dirty and shared.handles == 1:
+                # This descriptor's own unsaved changes (an O_TRUNC open, writes before the
+                # mark), on no one else's descriptor: the transaction starts from them, and
+                # its discard undoes them (``OpenFile.shown``).
+                private.body, shared.body = shared.body, None
+                private.base_etag = shared.base_etag
+                private.dirty = private.shown = True
+                shared.dirty = False
             elif (shared.body is not None and shared.body.etag is not None
                   and self.state.is_current(shared) and not shared.dirty):
                 private.body = shared.body  # a version: never written, so safely shared

@@ -58,9 +58,10 @@ class Uploader(Part):
             if parent is not None:
                 # The kernel still caches the name create() gave it: make it forget.
                 self.state.kernel.forget_entry(parent.inode, node.name(), deleted=node.inode)
-        if not of.private:  # a private transaction never changed the node's attributes
+        if not of.private or of.shown:  # a transaction's own changes never showed
             node.size = of.remote_size
             node.validated_at = 0.0  # re-read attributes from S3 at next use
+            self.state.kernel.forget_attrs(node.inode)
         of.dirty = of.meta_dirty = of.is_new = False
 
     async def flush(self, of: OpenFile, *, commit: bool) -> None:
@@ -94,11 +95,12 @@ class Uploader(Part):
             await self.loader.fetch(of, 0, body.size)
         path = node.path
         self.state.check_key(path)
-        if of.private:
-            node.mtime = time.time()
+        if of.private and of.mtime is not None:
+            node.mtime = of.mtime  # its writes' time, or the one set through it
         metadata = self.state.metadata(node, of.agent)
         size = body.size
         self.state.check_total(size - of.remote_size)
+        base = of.base_etag  # the version this upload replaces
         of.dirty = of.meta_dirty = False  # writes that land during the upload set it again
         body.frozen = True  # and fork a copy of their own (DataPath._mutable)
         try:
@@ -146,8 +148,35 @@ class Uploader(Part):
         node.validated_at = time.time()
         body.etag = etag  # exactly what S3 now holds: a version, forked by the next write
         self.state.keep(path, body, info)
+        self._others_follow(of, base, body)
         if not node.detached and node.path == path:
             self.listings.add(node.parent_path(), node.name(), node)
+
+    def _others_follow(self, of: OpenFile, base: str | None, body: Blob) -> None:
+        """The file's other open states on this mount that held the version this upload
+        replaced, unchanged, now hold the new one (``body``): every descriptor of a file on
+        one mount sees one file. Else a descriptor still on the old version (a transaction
+        committed beside it) would read old bytes under the new size, and its next write
+        would fail against this mount's own upload (ESTALE: the mount in conflict with
+        itself). Their cached pages go when the kernel sees the new mtime and size
+        (``forget_attrs``)."""
+        followed = False
+        for other in self.handles.states_of(of.node):
+            if other is of or other.private or other.lock.locked():
+                continue
+            if base is None:
+                # A new file committed beside the descriptors that created it and wrote
+                # nothing: theirs is the committed file now (else their upload, If-None-Match,
+                # would fail against it).
+                if not (other.is_new and other.body is not None and other.body.size == 0):
+                    continue
+            elif other.local or other.base_etag != base:
+                continue
+            other.body, other.base_etag, other.remote_size = body, body.etag, body.size
+            other.is_new = other.dirty = False
+            followed = True
+        if followed:
+            self.state.kernel.forget_attrs(of.node.inode)
 
     async def _send(self, path: str, body: Blob, metadata: dict[str, str], *,
                     if_match: str | None, if_none_match: bool) -> str:
@@ -204,7 +233,7 @@ class Uploader(Part):
                     "%d bytes are kept at %s", path, body.size, where)
 
     async def flush_all(self) -> int:
-        """Upload every open file with unsaved changes (O_TRUNC rewrites included; a
+        """Upload every open file with unsaved changes (truncations included; a
         transaction's uncommitted changes stay uncommitted); returns how many failed."""
         failed = 0
         for of in self.state.handles.states():

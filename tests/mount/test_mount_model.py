@@ -17,7 +17,6 @@ so files, directories and rename targets collide often.
 from __future__ import annotations
 
 import ctypes
-import errno
 import itertools
 import os
 import stat
@@ -38,6 +37,7 @@ from hypothesis.stateful import (
 )
 
 from tests.conftest import BUCKET
+from tests.support.descriptor_model import attempt
 
 AT_FDCWD = -100
 RENAME_NOREPLACE = 1
@@ -51,14 +51,6 @@ def rename_noreplace(old: str, new: str) -> None:
                        RENAME_NOREPLACE) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), old)
-
-
-def attempt(fn: Callable[[], Any]) -> tuple[str, Any]:
-    """("ok", value) or ("err", errno name): what a caller can observe of one operation."""
-    try:
-        return "ok", fn()
-    except OSError as exc:
-        return "err", errno.errorcode.get(exc.errno or 0, str(exc.errno))
 
 
 NAMES = ("a", "b", "c")

@@ -19,6 +19,9 @@ Scenarios (``python -m tests.support.reliability_run [SCENARIO ...]``, default a
   files of 40 B to two parts with self-checking versions while readers on both read them
   through ``read(2)``, ``mmap`` and ``view`` (:mod:`tests.support.versions`): a read that is
   not exactly one version is a torn read (target 0; issue 50).
+* ``descriptors`` — the one-mount descriptor model (:mod:`tests.support.descriptor_model`, the
+  CI test's fast subset at 15 examples) at 400 examples of 60 steps (``--quick``: 40), while two
+  writers rewrite other files of the same mount.
 
 Big files (``--big-mib``, default 64; ``--quick``: 12 with ``--part-size 5M``; 0: none) are
 written through the same mounts at the same time, with the workloads and checks of
@@ -50,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -86,6 +90,7 @@ from tests.support.bigfiles import (
     s3_objects_except,
     write_whole,
 )
+from tests.support.descriptor_model import run_model
 from tests.support.mounts import MountError, Mounts
 from tests.support.s3proxy import (
     INTERNAL_ERROR,
@@ -103,7 +108,7 @@ from tests.support.versions import Storm, sizes_for
 
 BUCKET = "memfs-reliability"
 REGION = "us-east-1"
-SCENARIOS = ("faults", "sweep", "load", "storm", "crash", "versions")
+SCENARIOS = ("faults", "sweep", "load", "storm", "crash", "versions", "descriptors")
 
 
 @dataclass(frozen=True)
@@ -558,9 +563,43 @@ def scenario_crash(lab: Lab, opts: Options) -> dict[str, Any]:
                         "peak_rss_kb": rss}}
 
 
+def scenario_descriptors(lab: Lab, opts: Options) -> dict[str, Any]:
+    """The descriptor model on one mount, long, while two writers load the same mount."""
+    lab.fresh_bucket()
+    ttl = 0.3
+    mnt, proc = lab.mount("--metadata-ttl", str(ttl))
+    (mnt / "model").mkdir()
+    (mnt / "load").mkdir()
+    log, stop = WriterLog(), threading.Event()
+    writers = [threading.Thread(target=heavy_writer, daemon=True,
+                                args=(mnt / "load", f"w{i}.bin", 256 * 1024, log, stop),
+                                kwargs={"max_writes": 10**9})  # until the model ends
+               for i in range(2)]
+    for t in writers:
+        t.start()
+    examples = 40 if opts.quick else 400
+    failure = None
+    with tempfile.TemporaryDirectory(prefix="memfs-model-") as local:
+        try:
+            run_model(mnt / "model", Path(local), lambda prefix: s3_objects(lab.s3, BUCKET, prefix),
+                      prefix="model/", ttl=ttl, max_examples=examples, steps=60)
+        except Exception as exc:  # hypothesis has printed the shrunk example, if it could
+            failure = "".join(traceback.format_exception(exc))[-20_000:]  # sub-exceptions too
+            print(failure, flush=True)
+    stop.set()
+    for t in writers:
+        t.join(120)
+    rss = vm_hwm_kb(proc.pid)
+    lab.unmount(mnt)
+    return {"descriptor model": {"examples": examples, "failure": failure,
+                                 "load_writes": log.writes, "load_errors": dict(log.errors),
+                                 "peak_rss_kb": rss}}
+
+
 RUNNERS: dict[str, Callable[[Lab, Options], dict[str, Any]]] = {
     "faults": scenario_faults, "sweep": scenario_sweep, "load": scenario_load,
     "storm": scenario_storm, "crash": scenario_crash, "versions": scenario_versions,
+    "descriptors": scenario_descriptors,
 }
 
 
@@ -571,6 +610,12 @@ def _rows(name: str, result: dict[str, Any]) -> Iterator[list[str]]:
                    f"{sum(r['writes'].values())} writes", str(sum(r["errors"].values())), "-",
                    "-", f"{r['torn']} torn reads",
                    "/".join(str(x // 1024) for x in r["peak_rss_kb"]), "-"]
+            continue
+        if name == "descriptors":
+            yield [name, f"{label}, {r['examples']} examples", "-",
+                   "0" if r["failure"] is None else "1", "-", "-",
+                   "0" if r["failure"] is None else "FAILED (above)",
+                   str(r["peak_rss_kb"] // 1024), "-"]
             continue
         if name == "crash":
             if label == "sigterm":

@@ -1,0 +1,175 @@
+"""One file per mount, in the core alone (docs/SEMANTICS.md "One file per mount"): the open
+states behind descriptors of one file on one mount, on the in-memory store.
+
+Every descriptor of a file uses one state — after ``O_TRUNC``, past the TTL while S3 still holds
+its version, and after a transaction beside them commits — so they see one file and their
+uploads never conflict with each other. Only a version another writer put in S3 starts a state
+of its own, and the descriptors already open keep theirs whole.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import trio
+
+from memfs.mount.config import MountConfig
+from memfs.mount.core import MemFSCore
+from memfs.mount.nodes import ROOT_INODE, Node
+from memfs.protocol import XATTR_ATOMIC
+from tests.core.test_core_big_dirs import ME
+from tests.support.memory_store import MemoryStore
+
+TTL = 0.05
+
+
+def core_with(data: bytes) -> tuple[MemFSCore, MemoryStore]:
+    store = MemoryStore()
+    store.put("f", data, {})
+    return MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL)), store
+
+
+async def lookup(core: MemFSCore) -> Node:
+    node = await core.lookup(ROOT_INODE, "f")
+    assert node is not None
+    return node
+
+
+def test_an_o_trunc_empties_the_state_every_descriptor_shares() -> None:
+    core, store = core_with(b"0123456789")
+
+    async def main() -> None:
+        node = await lookup(core)
+        reader = await core.open(node.inode, os.O_RDONLY, ME)
+        writer = await core.open(node.inode, os.O_RDWR | os.O_TRUNC, ME)
+        assert core.handles.files[reader.fh] is core.handles.files[writer.fh]
+        assert node.size == 0 and await core.read(reader.fh, 0, 100) == b""
+        await core.write(writer.fh, 0, b"abc")
+        assert node.size == 3 and await core.read(reader.fh, 0, 100) == b"abc"
+        assert store.objects["f"][0] == b"0123456789"  # nothing uploaded yet
+        await core.flush(writer.fh)
+        await core.release(writer.fh)
+        await core.release(reader.fh)
+        assert store.objects["f"][0] == b"abc"
+        core.check_invariants()
+
+    trio.run(main)
+
+
+def test_an_open_past_the_ttl_joins_the_state_of_the_version_s3_still_holds() -> None:
+    core, store = core_with(b"one")
+
+    async def main() -> None:
+        node = await lookup(core)
+        first = await core.open(node.inode, os.O_RDWR, ME)
+        assert await core.read(first.fh, 0, 10) == b"one"
+        await trio.sleep(TTL * 2)
+        for flags in (os.O_RDONLY, os.O_WRONLY, os.O_RDWR | os.O_APPEND):
+            later = await core.open(node.inode, flags, ME)
+            assert core.handles.files[later.fh] is core.handles.files[first.fh], flags
+            await core.release(later.fh)
+            await trio.sleep(TTL * 2)
+        second = await core.open(node.inode, os.O_RDWR, ME)
+        await core.write(second.fh, 3, b" two")
+        assert await core.read(first.fh, 0, 10) == b"one two"
+        await core.write(first.fh, 0, b"ONE")
+        for opened in (second, first):  # one upload after the other: no ESTALE
+            await core.flush(opened.fh)
+            await core.release(opened.fh)
+        assert store.objects["f"][0] == b"ONE two"
+        core.check_invariants()
+
+    trio.run(main)
+
+
+def test_a_version_from_another_writer_starts_a_state_and_the_open_ones_stay_whole() -> None:
+    core, store = core_with(b"mine")
+
+    async def main() -> None:
+        node = await lookup(core)
+        first = await core.open(node.inode, os.O_RDONLY, ME)
+        store.put("f", b"theirs, longer", {})
+        await trio.sleep(TTL * 2)
+        later = await core.open(node.inode, os.O_RDONLY, ME)
+        assert core.handles.files[later.fh] is not core.handles.files[first.fh]
+        assert await core.read(later.fh, 0, 100) == b"theirs, longer"
+        assert await core.read(first.fh, 0, 100) == b"mine"  # one whole version
+        for opened in (first, later):
+            await core.release(opened.fh)
+        core.check_invariants()
+
+    trio.run(main)
+
+
+def test_a_committed_transaction_moves_the_clean_states_beside_it() -> None:
+    core, store = core_with(b"first version")
+
+    async def main() -> None:
+        node = await lookup(core)
+        reader = await core.open(node.inode, os.O_RDONLY, ME)
+        assert await core.read(reader.fh, 0, 5) == b"first"
+        edit = await core.open(node.inode, os.O_RDWR, ME)
+        await core.setxattr(node.inode, XATTR_ATOMIC, b"1", ME.pid)
+        assert core.handles.files[edit.fh] is not core.handles.files[reader.fh]
+        await core.write(edit.fh, 0, b"second")
+        assert await core.read(reader.fh, 0, 100) == b"first version"  # not committed yet
+        await core.fsync(edit.fh, False)
+        await core.release(edit.fh)
+        assert store.objects["f"][0] == b"secondversion"
+        assert await core.read(reader.fh, 0, 100) == b"secondversion"
+        writer = await core.open(node.inode, os.O_WRONLY, ME)
+        assert core.handles.files[writer.fh] is core.handles.files[reader.fh]
+        await core.write(writer.fh, 0, b"third!")
+        await core.flush(writer.fh)
+        for opened in (writer, reader):
+            await core.release(opened.fh)
+        assert store.objects["f"][0] == b"third!version"
+        core.check_invariants()
+
+    trio.run(main)
+
+
+def test_a_transaction_marked_after_its_own_o_trunc_discards_the_truncation() -> None:
+    core, store = core_with(b"kept")
+
+    async def main() -> None:
+        node = await lookup(core)
+        edit = await core.open(node.inode, os.O_WRONLY | os.O_TRUNC, ME)
+        await core.setxattr(node.inode, XATTR_ATOMIC, b"1", ME.pid)
+        await core.write(edit.fh, 0, b"half")
+        await core.flush(edit.fh)
+        await core.release(edit.fh)  # no fsync: discarded, the truncation with it
+        assert store.objects["f"][0] == b"kept"
+        reader = await core.open(node.inode, os.O_RDONLY, ME)
+        assert node.size == 4 and await core.read(reader.fh, 0, 100) == b"kept"
+        await core.release(reader.fh)
+        core.check_invariants()
+
+    trio.run(main)
+
+
+def test_a_transaction_on_a_new_file_beside_its_creator_never_conflicts() -> None:
+    """Issue 50's model: a descriptor creates a file and writes nothing, a transaction beside
+    it commits the file; the creator then reads the commit, and its close (and a second
+    transaction) upload over it instead of failing If-None-Match against it."""
+    store = MemoryStore()
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+
+    async def main() -> None:
+        creator, node = await core.create(ROOT_INODE, "f", 0o644, os.O_RDWR, ME)
+        for text in (b"first", b"second"):
+            edit = await core.open(node.inode, os.O_RDWR, ME)
+            await core.setxattr(node.inode, XATTR_ATOMIC, b"1", ME.pid)
+            await core.write(edit.fh, 0, text)
+            await core.fsync(edit.fh, False)
+            await core.release(edit.fh)
+            assert store.objects["f"][0] == text
+            assert await core.read(creator.fh, 0, 100) == text
+        await core.write(creator.fh, 6, b"!")
+        await core.flush(creator.fh)
+        await core.release(creator.fh)
+        assert store.objects["f"][0] == b"second!"
+        core.check_invariants()
+
+    trio.run(main)
