@@ -15,6 +15,8 @@ import errno
 import functools
 import logging
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -188,12 +190,39 @@ class KernelNotifier(Kernel):
             pyfuse3.invalidate_inode(inode, attr_only=True)  # no writeback cache
 
     def forget_inode(self, inode: int) -> None:
-        with contextlib.suppress(OSError):
-            pyfuse3.invalidate_inode(inode, attr_only=False)  # pages too (changed elsewhere)
+        # Pages too (changed elsewhere). Never on the trio thread: dropping pages waits for the
+        # lock of any page the kernel is reading through us — a read only this thread can
+        # answer (a deadlock, seen under load). Pages go from a thread of their own.
+        _page_dropper.put(inode)
 
     def forget_entry(self, parent_inode: int, name: str, deleted: int | None = None) -> None:
         pyfuse3.invalidate_entry_async(parent_inode, name.encode(), deleted=deleted or 0,
                                        ignore_enoent=True)
+
+
+class _PageDropper:
+    """Full ``invalidate_inode`` calls, in order, from one daemon thread (started at first
+    use), so the trio thread never waits for a page lock (``KernelNotifier.forget_inode``)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def put(self, inode: int) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="memfs-page-dropper",
+                                            daemon=True)
+            self._thread.start()
+        self._queue.put(inode)
+
+    def _run(self) -> None:
+        while True:
+            inode = self._queue.get()
+            with contextlib.suppress(Exception):  # the inode forgotten, the session ended
+                pyfuse3.invalidate_inode(inode, attr_only=False)
+
+
+_page_dropper = _PageDropper()
 
 
 class MemFS(pyfuse3.Operations):
