@@ -237,6 +237,8 @@ def run_engine(engine: str, changes: int, idle_s: float) -> list[dict[str, Any]]
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--changes", type=int, default=200)
+    ap.add_argument("--polling-changes", type=int, default=None,
+                    help="changes per writer for polling (default --changes): each takes a TTL")
     ap.add_argument("--idle-s", type=float, default=60.0)
     ap.add_argument("--engines", default="polling,sqs,amqp")
     args = ap.parse_args(argv)
@@ -245,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
         if engine == "amqp" and (why := available()) is not None:
             print(f"amqp skipped: {why}")
             continue
-        rows += run_engine(engine, args.changes, args.idle_s)
+        changes = args.changes
+        if engine == "polling" and args.polling_changes is not None:
+            changes = args.polling_changes
+        rows += run_engine(engine, changes, args.idle_s)
     cols = list(rows[0]) if rows else []
     table = Table(f"change events vs polling: {args.changes} changes per writer, idle "
                   f"{args.idle_s:g} s, --metadata-ttl 1 (--events-ttl 60)", cols)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +32,9 @@ from memfs.s3.endpoint import normal_etag
 log = logging.getLogger(__name__)
 
 _publish_failed = CountedWarning(log, "change announcements that could not be published")
+
+#: How many of this mount's own recent changes are remembered to recognise S3's echo of them.
+RECENT_KEPT = 4096
 
 #: (path, is_dir, kind, ETag) for each change a store call made (``changes_of``).
 Made = tuple[str, bool, ChangeKind, str | None]
@@ -82,6 +85,9 @@ class Announcer:
         self.sender = f"{writer}#{secrets.token_hex(4)}"
         self.feed: Feed | None = None
         self.writing: Counter[str] = Counter()
+        # Path -> the ETag this mount last wrote there, or None for a removal: S3's own
+        # notification of it is an echo (``echo``), whatever the mount did with the path since.
+        self.recent: OrderedDict[str, str | None] = OrderedDict()
         self.published = 0
         # Called with each path whose last write in flight has ended (``hints`` re-applies
         # what it held back for it).
@@ -105,9 +111,26 @@ class Announcer:
         if self.feed is None:
             return
         for path, is_dir, kind, etag in changes_of(store, fn, args, kwargs, result):
+            self.recent[path] = etag if kind is ChangeKind.CREATED else None
+            self.recent.move_to_end(path)
+            if len(self.recent) > RECENT_KEPT:
+                self.recent.popitem(last=False)
             key = self.prefix + path + ("/" if is_dir else "")
             self.publish(Change(self.bucket, key, kind, Producer.MEMFS, etag=etag,
                                 writer=self.writer, sender=self.sender, time=time.time()))
+
+    def echo(self, path: str, kind: ChangeKind, etag: str | None) -> bool:
+        """Whether S3's notification of ``path`` is the echo of this mount's own last change
+        there: the ETag it wrote, or a removal it made (counted once)."""
+        if path not in self.recent:
+            return False
+        mine = self.recent[path]
+        if kind is ChangeKind.CREATED:
+            return etag is not None and mine == bare_etag(etag)
+        if mine is None:
+            del self.recent[path]
+            return True
+        return False
 
     def publish(self, change: Change) -> None:
         feed = self.feed

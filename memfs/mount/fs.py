@@ -26,6 +26,7 @@ from memfs import protocol
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import Kind, Node, mode_limit
+from memfs.mount.serialthread import SerialThread
 from memfs.mount.signalling import SIGNAL_FH, Signaller, Step
 from memfs.mount.state import AttrChange, Caller, Kernel, Opened
 from memfs.mount.watchers import Watchers
@@ -194,8 +195,10 @@ class KernelNotifier(Kernel):
             pyfuse3.invalidate_inode(inode, attr_only=True)  # no writeback cache
 
     def forget_inode(self, inode: int) -> None:
-        with contextlib.suppress(OSError):
-            pyfuse3.invalidate_inode(inode, attr_only=False)  # pages too (changed elsewhere)
+        # Pages too (changed elsewhere). Never on the trio thread: dropping pages waits for the
+        # lock of any page the kernel is reading through us — a read only this thread can
+        # answer (a deadlock, seen under load). Pages go from a thread of their own.
+        _page_dropper.put(inode)
 
     def forget_entry(self, parent_inode: int, name: str, deleted: int | None = None) -> None:
         pyfuse3.invalidate_entry_async(parent_inode, name.encode(), deleted=deleted or 0,
@@ -207,6 +210,12 @@ def _forget_entry_now(parent_inode: int, name: str) -> None:
     thread: never the loop's, whose requests the kernel may be waiting on)."""
     with contextlib.suppress(OSError):  # (not cached: nothing to drop)
         pyfuse3.invalidate_entry(parent_inode, name.encode())
+
+
+# Full ``invalidate_inode`` calls from a thread of their own, in order, so that the trio thread
+# never waits for a page lock (``KernelNotifier.forget_inode``).
+_page_dropper = SerialThread(lambda inode: pyfuse3.invalidate_inode(inode, attr_only=False),
+                             "memfs-page-dropper")
 
 
 class MemFS(pyfuse3.Operations):

@@ -35,7 +35,7 @@ from collections import Counter
 
 import trio
 
-from memfs.events.change import Change, ChangeKind, Feed, FeedState
+from memfs.events.change import Change, ChangeKind, Feed, FeedState, Producer
 from memfs.mount.listings import ListingCache
 from memfs.mount.nodes import ROOT_INODE, Kind, Node
 from memfs.mount.pathtree import parent_of
@@ -146,7 +146,9 @@ class RemoteChanges(Part):
         return rel, is_dir
 
     def _decide(self, change: Change, path: str, is_dir: bool) -> None:
-        if self._known(change, path, is_dir):
+        if (change.producer is Producer.S3
+                and self.state.announce.echo(path, change.kind, change.etag)) or self._known(
+                    change, path, is_dir):
             self.counts["ignored"] += 1
             return
         self._forget(path, is_dir, change.kind)
