@@ -56,9 +56,18 @@ class FeedLink:
             return
         token = trio.lowlevel.current_trio_token()
 
+        def guarded(fn: Any, *args: Any) -> None:
+            # An exception escaping a run_sync_soon callback is a TrioInternalError: the daemon
+            # would die and leave a dead mount. A hint that cannot be applied is logged instead
+            # (the next access still asks S3, or the TTL lapses).
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("change events: %s%r failed", getattr(fn, "__name__", fn), args)
+
         def soon(fn: Any, *args: Any) -> None:
             with contextlib.suppress(trio.RunFinishedError):  # unmounted: nothing to tell
-                token.run_sync_soon(fn, *args)
+                token.run_sync_soon(guarded, fn, *args)
 
         def on_change(change: Change) -> None:
             soon(core.remote.apply, change)
