@@ -24,6 +24,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from memfs import protocol
 from memfs.countedlog import CountedWarning
 from memfs.events.change import Change, ChangeKind, Feed, Producer
 from memfs.s3 import transfer
@@ -35,6 +36,9 @@ _publish_failed = CountedWarning(log, "change announcements that could not be pu
 
 #: How many of this mount's own recent changes are remembered to recognise S3's echo of them.
 RECENT_KEPT = 4096
+
+#: Where lost races' bytes are kept (``upload.Uploader._save_conflict``).
+CONFLICTS = protocol.CONFLICT_DIR + "/"
 
 #: (path, is_dir, kind, ETag) for each change a store call made (``changes_of``).
 Made = tuple[str, bool, ChangeKind, str | None]
@@ -111,10 +115,14 @@ class Announcer:
         if self.feed is None:
             return
         for path, is_dir, kind, etag in changes_of(store, fn, args, kwargs, result):
-            self.recent[path] = etag if kind is ChangeKind.CREATED else None
-            self.recent.move_to_end(path)
-            if len(self.recent) > RECENT_KEPT:
-                self.recent.popitem(last=False)
+            # A conflict copy is the one write this mount's own listings do not show (the
+            # uploader adds it to none): S3's notification of it must expire them, not be
+            # skipped as an echo.
+            if not path.startswith(CONFLICTS):
+                self.recent[path] = etag if kind is ChangeKind.CREATED else None
+                self.recent.move_to_end(path)
+                if len(self.recent) > RECENT_KEPT:
+                    self.recent.popitem(last=False)
             key = self.prefix + path + ("/" if is_dir else "")
             self.publish(Change(self.bucket, key, kind, Producer.MEMFS, etag=etag,
                                 writer=self.writer, sender=self.sender, time=time.time()))

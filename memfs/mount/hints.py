@@ -189,9 +189,17 @@ class RemoteChanges(Part):
             return listed is not None and normal_etag(listed.etag) == etag
         if node is not None:
             return False
-        # Removed: known when no listing this mount holds names it, along the path.
+        # Removed: known when no listing this mount holds names it, along the path. A directory
+        # held but never listed (known from its parent's listing) may be implied by this very
+        # key alone: the removal can take it away, so it is not known (the root always stays).
+        # So is one listed empty with no marker: it no longer exists, and its parent's listing,
+        # which names it, is what this removal makes stale.
         above, name = self._known_above(path)
-        return above.listing is None or above.listing.kind_of(name) is None
+        listing = above.listing
+        if listing is None:
+            return above.inode == ROOT_INODE
+        return listing.kind_of(name) is None and (
+            above.inode == ROOT_INODE or listing.has_marker or not listing.is_empty())
 
     def _known_above(self, path: str) -> tuple[Node, str]:
         """The nearest directory above ``path`` this mount holds, and the name below it."""
