@@ -88,7 +88,7 @@ def test_an_enforcing_endpoint_is_found_so_and_the_probe_stores_nothing(
             "if_match": "quoted", "if_none_match": True,
             "copy_condition": "x-amz-copy-source-if-match", "complete_if_match": True,
             "complete_if_none_match": True, "complete_returns_etag": None,
-            "delete_if_match": None, "probed": True}
+            "delete_if_match": None, "probed": True, "batch_delete": True, "ceph_rgw": False}
         # The refusals are the probe's expected answers: `memfs status` shows no error for them.
         assert all(set(outcomes) == {"ok"} for outcomes in status["s3"]["requests"].values())
     finally:
@@ -113,7 +113,8 @@ def test_a_server_that_refuses_a_quoted_etag_is_not_taken_for_an_enforcing_one(
                 "if_match": "unquoted", "if_none_match": True,
                 "copy_condition": "x-amz-copy-if-match", "complete_if_match": False,
                 "complete_if_none_match": False, "complete_returns_etag": True,
-                "delete_if_match": False, "probed": True}
+                "delete_if_match": False, "probed": True, "batch_delete": True,
+                "ceph_rgw": False}
             local = tmp_path / "local"
             local.mkdir()
             script = ("printf one > f; printf two > f; sed -i s/two/three/ f; "
