@@ -96,19 +96,26 @@ def test_an_edit_committed_between_read_and_write_of_str_replace_is_not_lost(
     assert ("BETA-BY-A" in final) == a_acknowledged
 
 
-def test_a_reader_on_the_same_mount_never_sees_a_rewrite_in_progress(mount_factory, s3) -> None:
+def test_a_rewrite_in_progress_is_seen_by_no_other_mount_and_as_on_a_local_disk_here(
+        mount_factory, s3) -> None:
     """DESIGN.md: "No reader ever sees half a file or an empty placeholder of a rewritten file."
-    Agent A's write (the handler's open(O_TRUNC) ... close()) is in progress; agent B on the same
-    mount views the file, then edits it."""
+    Agent A's rewrite (open(O_TRUNC) ... close()) is in progress: S3 and agent C on another
+    mount still read the whole old version. Agent B on A's own mount sees the one file every
+    descriptor there sees (docs/SEMANTICS.md, "One file per mount"): truncated, as a local
+    directory shows it (the memory handler's own writes never truncate in place)."""
     mnt = mount_factory("")
-    h = MemoryHandler(mnt)
+    other = mount_factory("")
+    h, c = MemoryHandler(mnt), MemoryHandler(other)
     h.run({"command": "create", "path": "/memories/f.md", "file_text": "one\ntwo\nthree\n"})
     fd = os.open(mnt / "f.md", os.O_WRONLY | os.O_TRUNC)  # A: rewrite started, nothing written
     try:
-        seen = h.run({"command": "view", "path": "/memories/f.md"})
-        assert "three" in seen, f"B saw the rewrite in progress: {seen!r}"
+        seen_elsewhere = c.run({"command": "view", "path": "/memories/f.md"})
+        assert "three" in seen_elsewhere, f"C saw the rewrite in progress: {seen_elsewhere!r}"
+        assert s3.get_object(Bucket=BUCKET, Key="f.md")["Body"].read() == b"one\ntwo\nthree\n"
+        assert (mnt / "f.md").read_bytes() == b"", "B on A's mount: not the one truncated file"
     finally:
         os.close(fd)
+    assert s3.get_object(Bucket=BUCKET, Key="f.md")["Body"].read() == b""
 
 
 def test_an_edit_on_the_same_mount_during_a_rewrite_is_not_lost(mount_factory, s3) -> None:
