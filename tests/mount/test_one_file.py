@@ -173,17 +173,34 @@ def test_descriptors_beside_a_transaction_see_its_commit(mnt: Path, s3) -> None:
 
 def test_a_reader_closing_beside_a_held_truncation_uploads_nothing(mnt: Path, s3) -> None:
     """`cmd > f` while someone reads f on this mount: the reader sees the empty file at once,
-    and its close() does not put the empty file in S3 while the truncating process holds it."""
+    and its close() does not put the empty file in S3 while the truncating process holds it.
+    The truncating process is a shell-like child: its descriptor is a low one, where the daemon
+    looks for a holder (descriptors 0-63; this suite's own process holds hundreds)."""
     p = mnt / "r.md"
     p.write_bytes(b"old contents\n")
-    fd = os.open(p, os.O_WRONLY | os.O_TRUNC)  # fd < 64: a holder the daemon looks for
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import os, sys\n"
+         f"fd = os.open({str(p)!r}, os.O_WRONLY | os.O_TRUNC)\n"
+         "print('truncated', flush=True); sys.stdin.readline()\n"
+         "os.close(os.dup(fd))  # the shell's own close after dup2\n"
+         "print('closed a dup', flush=True); sys.stdin.readline()\n"
+         "os.write(fd, b'new\\n'); os.close(fd)\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdin is not None and holder.stdout is not None
     try:
+        assert holder.stdout.readline() == "truncated\n"
         read = subprocess.run([sys.executable, "-c", f"print(len(open({str(p)!r}, 'rb').read()))"],
                               capture_output=True, text=True, check=True)
-        assert read.stdout == "0\n"  # another process's reader, closed while fd is held
-        os.close(os.dup(fd))  # the shell's own close after dup2
+        assert read.stdout == "0\n"  # another process's reader, closed while the file is held
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline() == "closed a dup\n"
         assert body(s3, "r.md") == b"old contents\n"
-        os.write(fd, b"new\n")
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=60) == 0
     finally:
-        os.close(fd)
+        holder.kill()
+        holder.wait()
     assert body(s3, "r.md") == b"new\n"
