@@ -60,6 +60,8 @@ def error_kind(text: str) -> str:
         return "no_match"
     if "already exists" in text:
         return "exists"
+    if "it looks binary" in text:
+        return "torn"  # a text memory read as bytes of no version (issue 50, item 1)
     return "other"
 
 
