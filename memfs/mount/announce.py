@@ -36,6 +36,9 @@ _publish_failed = CountedWarning(log, "change announcements that could not be pu
 
 #: How many of this mount's own recent changes are remembered to recognise S3's echo of them.
 RECENT_KEPT = 4096
+#: Per path, how many of this mount's own changes may still await S3's echo (older ones are
+#: taken as lost: their echo, if it comes, costs a request).
+PENDING_PER_PATH = 8
 
 #: Where lost races' bytes are kept (``upload.Uploader._save_conflict``).
 CONFLICTS = protocol.CONFLICT_DIR + "/"
@@ -89,9 +92,11 @@ class Announcer:
         self.sender = f"{writer}#{secrets.token_hex(4)}"
         self.feed: Feed | None = None
         self.writing: Counter[str] = Counter()
-        # Path -> the ETag this mount last wrote there, or None for a removal: S3's own
-        # notification of it is an echo (``echo``), whatever the mount did with the path since.
-        self.recent: OrderedDict[str, str | None] = OrderedDict()
+        # Path -> this mount's changes there not yet echoed by S3, oldest first: the ETag it
+        # wrote, or None for a removal. S3's notification of one of them is an echo (``echo``),
+        # whatever the mount did with the path since — also when it comes after a later write
+        # of the same path (an agent's create, then edit: the create's echo arrives late).
+        self.recent: OrderedDict[str, list[str | None]] = OrderedDict()
         self.published = 0
         # Called with each path whose last write in flight has ended (``hints`` re-applies
         # what it held back for it).
@@ -119,8 +124,10 @@ class Announcer:
             # uploader adds it to none): S3's notification of it must expire them, not be
             # skipped as an echo.
             if not path.startswith(CONFLICTS):
-                self.recent[path] = etag if kind is ChangeKind.CREATED else None
-                self.recent.move_to_end(path)
+                pending = self.recent.pop(path, [])
+                pending.append(etag if kind is ChangeKind.CREATED else None)
+                del pending[:-PENDING_PER_PATH]
+                self.recent[path] = pending
                 if len(self.recent) > RECENT_KEPT:
                     self.recent.popitem(last=False)
             key = self.prefix + path + ("/" if is_dir else "")
@@ -128,17 +135,19 @@ class Announcer:
                                 writer=self.writer, sender=self.sender, time=time.time()))
 
     def echo(self, path: str, kind: ChangeKind, etag: str | None) -> bool:
-        """Whether S3's notification of ``path`` is the echo of this mount's own last change
-        there: the ETag it wrote, or a removal it made (counted once)."""
-        if path not in self.recent:
+        """Whether S3's notification of ``path`` is the echo of one of this mount's own changes
+        there not yet echoed: a write with that ETag, or a removal. Each change is echoed once
+        (it is used up): another writer's later write of the same bytes is not taken for one."""
+        pending = self.recent.get(path)
+        if not pending or (kind is ChangeKind.CREATED and etag is None):
             return False
-        mine = self.recent[path]
-        if kind is ChangeKind.CREATED:
-            return etag is not None and mine == bare_etag(etag)
-        if mine is None:
+        mine = bare_etag(etag) if kind is ChangeKind.CREATED else None
+        if mine not in pending:
+            return False
+        pending.remove(mine)  # the oldest such change
+        if not pending:
             del self.recent[path]
-            return True
-        return False
+        return True
 
     def publish(self, change: Change) -> None:
         feed = self.feed
