@@ -3,8 +3,9 @@ per mount, the topic also carrying the mounts' own announcements).
 
 Both mounts run with ``--metadata-ttl 3600``: within a test no TTL can lapse, so only the events
 can explain that B sees what A (or a boto3 writer) did. Tests wait with generous deadlines and
-never assert on time. The faults: the queue deleted under a mount (it falls back to polling,
-says so in ``memfs status``, and comes back when the queue does), and messages duplicated,
+never assert on time. The faults: the queue deleted under a mount, or the way to the queue cut
+(it falls back to polling, says so in ``memfs status``, and comes back when the queue does, heard
+through events again), and messages duplicated,
 reordered, garbled or dropped in the queue.
 """
 
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import boto3
 import pytest
@@ -23,6 +25,7 @@ import pytest
 from memfs.protocol import XATTR_STATS
 from tests.conftest import BUCKET, REGION, is_mounted, needs_moto
 from tests.ops.test_cli import memfs, one_line_error
+from tests.support.s3proxy import S3Proxy
 from tests.support.s3server import free_port
 
 pytestmark = needs_moto("S3 notifications to SNS and SQS (moto serves all three)")
@@ -188,3 +191,37 @@ def test_a_broker_down_at_mount_time_leaves_the_mount_polling(mount_factory, s3)
     wait_until(lambda: (mnt / "seen.md").exists(), what="a change found by polling")
     (mnt / "mine.md").write_text("works")
     assert (mnt / "mine.md").read_text() == "works"
+
+
+def test_the_queue_endpoint_cut_falls_back_to_polling_and_events_come_back(
+        fleet: Fleet, s3_reset: str) -> None:
+    """Not the queue deleted but the way to it cut (the SQS endpoint stops answering; S3 still
+    does): B says it is down and polls, its reads keep answering; once the endpoint answers again
+    B's feed is healthy and a change shows on B through an event, not by polling (B's TTL is then
+    --events-ttl, and B listed the directory after it was back)."""
+    a = fleet.mount("a")
+    url = fleet.queue("b")
+    proxy = S3Proxy(s3_reset).start()
+    port = proxy.port
+    via = urlunsplit(urlsplit(url)._replace(netloc=f"127.0.0.1:{port}"))
+    b = fleet.mount_factory("", "--metadata-ttl", "1", "--events", f"sqs:{via}?wait=2")
+    try:
+        wait_until(lambda: events(b)["state"] == "healthy", what="B's feed healthy")
+        (a / "x.md").write_text("1")
+        wait_until(lambda: (b / "x.md").exists(), what="create, feed healthy")
+        proxy.close()
+        wait_until(lambda: events(b)["state"] == "down", what="B's feed down")
+        assert events(b)["ttl_s"] == 1
+        assert (b / "x.md").read_text() == "1"  # reads keep answering
+        (a / "x.md").write_text("2")  # B cannot hear it: its TTL (1 s) shows it
+        wait_until(lambda: (b / "x.md").read_text() == "2", what="seen by polling")
+        proxy = S3Proxy(s3_reset, port=port).start()
+        wait_until(lambda: events(b)["state"] == "healthy", timeout=60, what="B's feed back")
+        assert events(b)["ttl_s"] > 1
+        assert listed(b) == ["x.md"]  # listed while healthy: only an event can change it now
+        applied = events(b)["applied"]
+        (a / "y.md").write_text("after")
+        wait_until(lambda: listed(b) == ["x.md", "y.md"], what="heard again after the cut")
+        assert events(b)["applied"] > applied
+    finally:
+        proxy.close()

@@ -11,7 +11,13 @@ from pathlib import Path
 import pika
 import pytest
 
-from tests.mount.test_events import HOUR, changes_through_a_show_on_b, events, wait_until
+from tests.mount.test_events import (
+    HOUR,
+    changes_through_a_show_on_b,
+    events,
+    listed,
+    wait_until,
+)
 from tests.support.rabbitmq import RabbitNode, rabbitmq_node, running_node
 
 __all__ = ["rabbitmq_node"]  # a fixture, used by name
@@ -60,6 +66,9 @@ def test_broker_killed_falls_back_to_polling_and_comes_back(mount_factory, s3) -
         node.start()
         wait_until(lambda: events(b)["state"] == "healthy" and events(a)["state"] == "healthy",
                    timeout=90, what="both feeds back")
+        assert listed(b) == ["x.md"]  # listed while healthy: only an event can change it now
+        applied = events(b)["applied"]
         (a / "y.md").write_text("after")
         wait_until(lambda: (b / "y.md").exists(), what="heard again after the restart")
+        assert events(b)["applied"] > applied  # through the feed, not by polling
         assert events(b)["state_changes"] >= 3
