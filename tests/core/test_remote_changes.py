@@ -326,3 +326,28 @@ def test_removing_the_last_key_of_an_implied_directory_removes_the_directory() -
         assert seen == truth(store)
 
     trio.run(main)
+
+
+def test_the_echo_of_an_earlier_write_heard_after_a_later_one_is_skipped() -> None:
+    """An agent's create, then edit, of one file: S3's notification of the create reaches the
+    mount only after the edit was written. Both are the mount's own: nothing is forgotten (the
+    mount kept only its last ETag before, re-listed the directory, and paid a LIST a command)."""
+    hub = FakeHub()
+    store = NotifyingStore(hub)
+    a, feed_a = mount(store, hub, "a")
+    kernel = RecordingKernel()
+    a.kernel = kernel
+    drv = Driver(a, keep_dirs=True)
+
+    async def main() -> None:
+        await drv.write("a", b"created")
+        await drv.write("a", b"edited")
+        kernel.calls.clear()  # what the writes themselves told the kernel
+        feed_a.deliver()
+        assert a.remote.counts["applied"] == 0 and kernel.calls == []
+        store.put("a", b"created", {})  # someone else writes the first bytes again
+        feed_a.deliver()
+        assert a.remote.counts["applied"] == 1  # heard: the echo was used up
+        assert (await view(drv))["a"] == b"created"
+
+    trio.run(main)
