@@ -39,6 +39,7 @@ from memfs.events.change import Change, ChangeKind, Feed, FeedState, Producer
 from memfs.mount.listings import ListingCache
 from memfs.mount.nodes import ROOT_INODE, Kind, Node
 from memfs.mount.pathtree import parent_of
+from memfs.mount.renamepairs import RenamePairs
 from memfs.mount.state import CoreState, Part
 from memfs.protocol import WRITE_PROBE
 from memfs.s3.endpoint import normal_etag
@@ -74,6 +75,7 @@ class RemoteChanges(Part):
         self.lags: collections.deque[float] = collections.deque(maxlen=LAGS_KEPT)
         self.max_lag = 0.0
         self._parked: dict[str, list[Change]] = {}
+        self.pairs = RenamePairs(state)  # the watchers hear a rename's two halves as one
         state.announce.on_written = self._written
         state.reports["events"] = self.stats
 
@@ -150,10 +152,13 @@ class RemoteChanges(Part):
                 and self.state.announce.echo(path, change.kind, change.etag)) or self._known(
                     change, path, is_dir):
             self.counts["ignored"] += 1
+            if change.kind is ChangeKind.REMOVED and not is_dir:
+                self.pairs.known_removal(path)  # no news, but perhaps a rename's half
             return
         self._forget(path, is_dir, change.kind)
         self.counts["applied"] += 1
-        self.state.watchers.changed(path, change.kind, is_dir=is_dir)
+        source = self.path_of(change.source) if change.source is not None else None
+        self.pairs.heard(change, path, is_dir, source[0] if source and not source[1] else None)
 
     def _written(self, path: str) -> None:
         """This mount's last write of ``path`` in flight has its answer: decide on the events
@@ -282,6 +287,8 @@ class RemoteChanges(Part):
             "seen": self.counts["seen"], "applied": self.counts["applied"],
             "ignored": self.counts["ignored"], "published": self.state.announce.published,
             "state_changes": self.counts["state_changes"],
+            "renames": {"paired": self.pairs.counts["renames"],
+                        "unpaired": self.pairs.counts["unpaired"]},
             "lag_ms": {"p50": ms(0.5), "p99": ms(0.99),
                        "max": round(self.max_lag * 1000, 1) if lags else None},
         }

@@ -282,3 +282,54 @@ def test_memfs_watch_on_b_prints_a_write_on_a_with_the_change_feed(
     line = json.loads(out)
     assert (line["path"], line["event"]) == (str(b / "approved.md"), "modified")
     assert line["writer"].startswith(f"{os.uname().nodename}/")
+
+
+@needs_moto("S3 notifications to SNS and SQS (moto serves all three)")
+def test_inotifywait_on_b_hears_as_renames_a_files_moves_on_a(
+        proxy: S3Proxy, s3_reset: str, mount_factory) -> None:
+    """A renames a file in its directory and into another: B's ``inotifywait -m -r`` hears
+    ``MOVED_FROM`` and ``MOVED_TO`` with one cookie, as for a local ``mv`` — not a DELETE and a
+    CREATE — though S3 saw a COPY and a DELETE, each heard twice (S3's notification and A's
+    announcement, which names the COPY's source); and ``memfs watch`` says where it came from."""
+    fleet = Fleet(s3_reset, mount_factory)
+    a = fleet.mount("a")
+    mount_factory.endpoint = proxy.url
+    b = fleet.mount("b")
+    (a / "inbox").mkdir()
+    (a / "done").mkdir()
+    (a / "inbox" / "task.md").write_text("do it")
+    wait_until(lambda: os.listdir(b / "inbox") == ["task.md"], what="the file on B")
+    assert os.listdir(b / "done") == []
+    watcher = Inotifywait(b)
+    printer = memfs_watch(str(b), "--event", "moved_to", "--timeout", "60")
+    try:
+        wait_watching(watcher.proc)
+        wait_watching(printer)
+        time.sleep(0.5)  # (its recursive watches are set up after the first)
+        proxy.reset_counts()
+        began = time.time()
+        os.rename(a / "inbox" / "task.md", a / "inbox" / "doing.md")
+        wait_until(lambda: watcher.first("MOVED_TO", b / "inbox" / "doing.md", began)
+                   is not None, what="MOVED_TO inbox/doing.md on B")
+        os.rename(a / "inbox" / "doing.md", a / "done" / "doing.md")
+        wait_until(lambda: watcher.first("MOVED_TO", b / "done" / "doing.md", began)
+                   is not None, what="MOVED_TO done/doing.md on B")
+        time.sleep(3)  # (anything else it would hear: the pairing's wait is 2 s)
+        assert writes(proxy) == {}  # B replayed, and wrote nothing
+    finally:
+        watcher.close()
+        printer.terminate()
+    heard = [(kinds.split(","), path) for _, kinds, path in watcher.lines]
+    moves = [(k[0], p) for k, p in heard if k[0].startswith("MOVED")]
+    assert [(k, Path(p).relative_to(b).as_posix()) for k, p in moves] == [
+        ("MOVED_FROM", "inbox/task.md"), ("MOVED_TO", "inbox/doing.md"),
+        ("MOVED_FROM", "inbox/doing.md"), ("MOVED_TO", "done/doing.md")], heard
+    assert not [h for h in heard if "DELETE" in h[0] or "CREATE" in h[0]], heard
+    assert (b / "done" / "doing.md").read_text() == "do it"
+    assert os.listdir(b / "inbox") == []
+    assert events(b)["renames"]["paired"] == 2
+    out, _err = printer.communicate(timeout=10)
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(x["path"], x["from"]) for x in lines] == [
+        (str(b / "inbox" / "doing.md"), str(b / "inbox" / "task.md")),
+        (str(b / "done" / "doing.md"), str(b / "inbox" / "doing.md"))]
