@@ -23,7 +23,9 @@ number, no walk over the cache): changes may have been missed meanwhile.
 A LIST or HEAD that was in flight when an event was applied may answer with what S3 held before
 the change. A listing sent before a change under its directory was heard is installed already
 expired (``CoreState.heard``, ``ListingCache._install``); a HEAD in flight for the path is waited
-for and its answer dropped again (``_after_flight``).
+for and its answer dropped again (``_after_flight``); any HEAD or GET of the path sent before the
+change was heard answers its caller but is not kept (``CoreState.kept``: the path is in
+``heard`` too).
 """
 
 from __future__ import annotations
@@ -219,6 +221,7 @@ class RemoteChanges(Part):
     def _forget(self, path: str, is_dir: bool, kind: ChangeKind) -> None:
         """Drop what the mount holds about ``path`` and its directory; tell the kernel."""
         now = time.time()
+        self.state.heard[path] = now  # a HEAD or GET of it in flight is not kept (``kept``)
         kernel = self.state.kernel
         node = self.inodes.at(path)
         if node is not None and not self.state.is_local(node):
