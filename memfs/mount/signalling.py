@@ -32,8 +32,9 @@ node.
 Nothing here uploads, versions, counts against the quota or is announced to other mounts: the
 adapter answers these requests without calling the core's operations. The trio thread never
 waits for the signaller (``changed`` only queues, and drops past ``CAPACITY``); the signaller's
-syscalls are answered by the trio thread. A read-only mount (``-o ro``) cannot be signalled: the
-kernel refuses every such operation before asking us. Where the daemon's user may not write (a
+syscalls are answered by the trio thread. A read-only mount is signalled too: the kernel does not
+hold it read-only (the daemon refuses everyone else's changes with EROFS, ``daemon.py``), and the
+adapter answers the signaller before the core's check. Where the daemon's user may not write (a
 directory another user of an ``--allow-other`` mount made private), the kernel refuses too, and
 the change is not announced there.
 """

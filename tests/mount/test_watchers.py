@@ -8,6 +8,7 @@ change raises. The replay sends nothing to S3 (counted on the wire through the S
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -333,3 +334,47 @@ def test_inotifywait_on_b_hears_as_renames_a_files_moves_on_a(
     assert [(x["path"], x["from"]) for x in lines] == [
         (str(b / "inbox" / "doing.md"), str(b / "inbox" / "task.md")),
         (str(b / "done" / "doing.md"), str(b / "inbox" / "doing.md"))]
+
+
+@pytest.mark.parametrize("flags", [("--read-only",), ("--read-only-paths", "team")],
+                         ids=["read-only mount", "read-only shared area"])
+def test_a_read_only_mount_or_area_hears_changes_made_elsewhere_and_refuses_every_write(
+        proxy: S3Proxy, mount_factory, s3, flags: tuple[str, ...]) -> None:
+    """The daemon's replays reach the watchers of a read-only mount (the kernel does not hold it
+    read-only: the daemon does), and nothing else gets through: every change is EROFS and
+    nothing reaches S3."""
+    s3.put_object(Bucket=BUCKET, Key="team/old.md", Body=b"old")
+    s3.put_object(Bucket=BUCKET, Key="team/kept.md", Body=b"v1")
+    mount_factory.endpoint = proxy.url
+    b = mount_factory("", "--metadata-ttl", str(TTL), *flags)
+    team = b / "team"
+    assert sorted(os.listdir(team)) == ["kept.md", "old.md"]
+    with TreeWatcher(b) as watcher:
+        proxy.reset_counts()
+        s3.put_object(Bucket=BUCKET, Key="team/new.md", Body=b"new")
+        s3.put_object(Bucket=BUCKET, Key="team/kept.md", Body=b"v2, longer")
+        s3.delete_object(Bucket=BUCKET, Key="team/old.md")
+        heard(watcher, b, {("team/new.md", "created"), ("team/kept.md", "modified"),
+                           ("team/old.md", "removed")})
+        refused = {
+            "create": lambda: os.open(team / "x.md", os.O_WRONLY | os.O_CREAT, 0o600),
+            "open for writing": lambda: os.open(team / "kept.md", os.O_RDWR),
+            "truncate": lambda: os.truncate(team / "kept.md", 0),
+            "chmod": lambda: os.chmod(team / "kept.md", 0o600),
+            "utime": lambda: os.utime(team / "kept.md", (1, 1)),
+            "mkdir": lambda: os.mkdir(team / "d"),
+            "mknod": lambda: os.mknod(team / "n.md"),
+            "symlink": lambda: os.symlink("kept.md", team / "l"),
+            "unlink": lambda: os.unlink(team / "kept.md"),
+            "rmdir": lambda: os.rmdir(team),
+            "rename": lambda: os.rename(team / "kept.md", team / "k.md"),
+        }
+        for what, attempt in refused.items():
+            with pytest.raises(OSError) as err:
+                attempt()
+            assert err.value.errno in (errno.EROFS, errno.ENOTEMPTY), what
+        assert writes(proxy) == {}  # neither the replays nor the attempts wrote anything
+    replays = json.loads(os.getxattr(b, XATTR_STATS))["watchers"]
+    assert replays["sent"] >= 3 and replays["failed"] == 0, replays
+    assert (team / "kept.md").read_text() == "v2, longer"
+    assert sorted(os.listdir(team)) == ["kept.md", "new.md"]
