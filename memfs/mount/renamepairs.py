@@ -83,8 +83,12 @@ class RenamePairs:
             return
         self.told_removed.pop(path, None)  # a creation: a later removal is news again
         if not change.copy:
-            self.told_copied.pop(path, None)
-            watchers.changed(path, ChangeKind.CREATED)
+            # A version no rename made (a writer's announcement of a metadata rewrite, which S3
+            # notifies as a copy): told now, and S3's word on it, held or to come, is not news.
+            held = self.copies.get(path)
+            if held is not None and held.etag == change.etag:
+                del self.copies[path]
+            self._tell_created(path, change.etag)
         else:
             self._copied(path, change.etag, source)
 

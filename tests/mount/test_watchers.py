@@ -312,9 +312,14 @@ def test_inotifywait_on_b_hears_as_renames_a_files_moves_on_a(
         os.rename(a / "inbox" / "task.md", a / "inbox" / "doing.md")
         wait_until(lambda: watcher.first("MOVED_TO", b / "inbox" / "doing.md", began)
                    is not None, what="MOVED_TO inbox/doing.md on B")
+        print(f"B's MOVED_TO for A's mv in one directory: "
+              f"{(watcher.first('MOVED_TO', b / 'inbox' / 'doing.md', began) or 0) - began:.3f} s")
+        moved = time.time()
         os.rename(a / "inbox" / "doing.md", a / "done" / "doing.md")
         wait_until(lambda: watcher.first("MOVED_TO", b / "done" / "doing.md", began)
                    is not None, what="MOVED_TO done/doing.md on B")
+        print(f"B's MOVED_TO for A's mv across directories: "
+              f"{(watcher.first('MOVED_TO', b / 'done' / 'doing.md', began) or 0) - moved:.3f} s")
         time.sleep(3)  # (anything else it would hear: the pairing's wait is 2 s)
         assert writes(proxy) == {}  # B replayed, and wrote nothing
     finally:

@@ -153,3 +153,25 @@ def test_a_removal_the_mount_knew_of_still_completes_a_rename_and_is_otherwise_n
             assert told.heard == [("renamed", "s0", "d0")]
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_a_metadata_rewrite_elsewhere_is_told_at_once_and_once() -> None:
+    """A chmod on A is a COPY of the object onto itself: S3 notifies a copy, A announces a plain
+    creation (no source). Whichever comes first, the watchers hear one creation, without the
+    wait."""
+    rewrite = [("s3-copy", Change("b", "f", ChangeKind.CREATED, Producer.S3, etag="e", copy=True),
+                None),
+               ("memfs", Change("b", "f", ChangeKind.CREATED, Producer.MEMFS, etag="e"), None)]
+    for arrivals in (rewrite, rewrite[::-1]):
+        told = Told()
+
+        async def main(arrivals=arrivals, told=told) -> None:
+            async with trio.open_nursery() as nursery:
+                pairs = RenamePairs(SimpleNamespace(watchers=told, nursery=nursery))  # type: ignore
+                for _which, change, source in arrivals:
+                    pairs.heard(change, change.key, False, source)
+                assert told.heard == [("created", "f")]  # at once
+                await trio.sleep(PAIR_WAIT_S * 2)
+                assert told.heard == [("created", "f")]  # and once
+
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
