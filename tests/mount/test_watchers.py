@@ -308,18 +308,14 @@ def test_inotifywait_on_b_hears_as_renames_a_files_moves_on_a(
         wait_watching(printer)
         time.sleep(0.5)  # (its recursive watches are set up after the first)
         proxy.reset_counts()
-        began = time.time()
-        os.rename(a / "inbox" / "task.md", a / "inbox" / "doing.md")
-        wait_until(lambda: watcher.first("MOVED_TO", b / "inbox" / "doing.md", began)
-                   is not None, what="MOVED_TO inbox/doing.md on B")
-        print(f"B's MOVED_TO for A's mv in one directory: "
-              f"{(watcher.first('MOVED_TO', b / 'inbox' / 'doing.md', began) or 0) - began:.3f} s")
-        moved = time.time()
-        os.rename(a / "inbox" / "doing.md", a / "done" / "doing.md")
-        wait_until(lambda: watcher.first("MOVED_TO", b / "done" / "doing.md", began)
-                   is not None, what="MOVED_TO done/doing.md on B")
-        print(f"B's MOVED_TO for A's mv across directories: "
-              f"{(watcher.first('MOVED_TO', b / 'done' / 'doing.md', began) or 0) - moved:.3f} s")
+        for old, new, where in (("inbox/task.md", "inbox/doing.md", "in one directory"),
+                                ("inbox/doing.md", "done/doing.md", "across directories")):
+            began = time.time()
+            os.rename(a / old, a / new)
+            wait_until(lambda n=new, t=began:  # type: ignore[misc]
+                       watcher.first("MOVED_TO", b / n, t) is not None, what=f"MOVED_TO {new}")
+            print(f"B's MOVED_TO for A's mv {where}: "
+                  f"{(watcher.first('MOVED_TO', b / new, began) or 0) - began:.3f} s")
         time.sleep(3)  # (anything else it would hear: the pairing's wait is 2 s)
         assert writes(proxy) == {}  # B replayed, and wrote nothing
     finally:
