@@ -221,7 +221,7 @@ class RemoteChanges(Part):
     def _forget(self, path: str, is_dir: bool, kind: ChangeKind) -> None:
         """Drop what the mount holds about ``path`` and its directory; tell the kernel."""
         now = time.time()
-        self.state.heard[path] = now  # a HEAD or GET of it in flight is not kept (``kept``)
+        self._heard(path, now)  # a HEAD or GET of it in flight is not kept (``kept``)
         kernel = self.state.kernel
         node = self.inodes.at(path)
         if node is not None and not self.state.is_local(node):
@@ -256,12 +256,19 @@ class RemoteChanges(Part):
         """The directory's listing no longer answers, nor one whose LIST is in flight."""
         if dnode.listing is not None:
             dnode.listing.fetched_at = 0.0
+        self._heard(dnode.path, now)
+
+    def _heard(self, path: str, now: float) -> None:
+        """Record that a change of (or under) ``path`` was heard ``now``. Kept in the order
+        heard (re-inserted), so that pruning what is past ``HEARD_KEEP_S`` stops at the first
+        recent one: files' paths are here too, and a walk of the whole map at every event
+        would cost O(paths) each past ``HEARD_KEPT``."""
         heard = self.state.heard
-        heard[dnode.path] = now
+        heard.pop(path, None)
+        heard[path] = now
         if len(heard) > HEARD_KEPT:
-            for path, when in list(heard.items()):
-                if when < now - HEARD_KEEP_S:
-                    del heard[path]
+            while heard[oldest := next(iter(heard))] < now - HEARD_KEEP_S:
+                del heard[oldest]  # (stops at ``path`` at the latest)
 
     async def _after_flight(self, path: str, node: Node) -> None:
         """A HEAD of ``path`` was in flight when its change was heard: once it has answered,

@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from memfs.mount.core import MemFSCore
+from memfs.mount.hints import HEARD_KEEP_S, HEARD_KEPT
 from tests.core.test_core_model import Driver
 from tests.core.test_remote_changes import NotifyingStore, mount
 from tests.support.fakefeed import FakeFeed, FakeHub
@@ -129,3 +130,15 @@ def test_a_listing_in_flight_when_a_change_under_it_is_heard_is_not_kept() -> No
         assert sorted(await drv.listdir("d")) == ["a", "b", "c"]
 
     trio.run(main)
+
+
+def test_what_was_heard_is_kept_as_long_as_a_request_can_be_in_flight_and_no_longer() -> None:
+    _store, b, _feed, _drv = setup()
+    heard = b.remote.state.heard
+    heard.clear()
+    for i in range(HEARD_KEPT + 10):  # all recent: all kept, however many
+        b.remote._heard(f"f{i}", 1000.0 + i * 0.001)
+    b.remote._heard("", 1000.0 + 20)  # the root heard again: now the most recent
+    assert len(heard) == HEARD_KEPT + 11 and list(heard)[-1] == ""
+    b.remote._heard("late", 1000.0 + HEARD_KEEP_S + 15)  # past the keep for those before 1015
+    assert list(heard) == ["", "late"]
