@@ -379,3 +379,33 @@ def test_a_read_only_mount_or_area_hears_changes_made_elsewhere_and_refuses_ever
     assert replays["sent"] >= 3 and replays["failed"] == 0, replays
     assert (team / "kept.md").read_text() == "v2, longer"
     assert sorted(os.listdir(team)) == ["kept.md", "new.md"]
+
+
+@needs_moto("S3 notifications to SNS and SQS (moto serves all three)")
+def test_a_directory_renamed_on_a_reaches_bs_watchers_key_by_key(
+        s3_reset: str, mount_factory) -> None:
+    """A directory's rename is a COPY and a DELETE per key: B's watcher hears the new directory
+    and each file in it (moved there, or created), and the old one gone — what SEMANTICS
+    promises — and B then lists what S3 holds."""
+    fleet = Fleet(s3_reset, mount_factory)
+    a, b = fleet.mount("a"), fleet.mount("b")
+    (a / "old").mkdir()
+    names = ["x.md", "y.md", "z.md"]
+    for name in names:
+        (a / "old" / name).write_text(name)
+    wait_until(lambda: sorted(os.listdir(b / "old")) == names, what="the files on B")
+    with TreeWatcher(b) as watcher:
+        os.rename(a / "old", a / "new")
+        want = {(f"new/{n}", k) for n in names for k in ("created", "moved_to")}
+        seen: list[WatchEvent] = []
+        deadline = time.monotonic() + 20
+        while not ({f"new/{n}" for n in names} <= {e.path for e in seen if (e.path, e.kind)
+                                                    in want}
+                   and ("old", "removed") in {(e.path, e.kind) for e in seen}):
+            assert time.monotonic() < deadline, f"B heard only {seen}"
+            seen += watcher.read(timeout=0.2)
+        seen += watcher.read(timeout=3)  # (what is held waits 2 s)
+    print("B heard:", [(e.kind, e.path) for e in seen])
+    assert ("new", "created") in {(e.path, e.kind) for e in seen}
+    assert sorted(os.listdir(b / "new")) == names and not (b / "old").exists()
+    assert [(b / "new" / n).read_text() for n in names] == names
