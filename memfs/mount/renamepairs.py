@@ -63,6 +63,10 @@ class RenamePairs:
     def __init__(self, state: CoreState) -> None:
         self.state = state
         self.copies: dict[str, _Copy] = {}             # new path -> the copy held back
+        # Indexes of ``copies`` (no walk over them per event): source path -> new path, and
+        # how many held copies do not know their source yet.
+        self.sources: dict[str, str] = {}
+        self.sourceless = 0
         # Old path -> until when it is held, and whether it is then dropped (``known_removal``).
         self.removals: dict[str, tuple[float, bool]] = {}
         # What the watchers were told (paired or not): the same half heard again (the other
@@ -87,7 +91,7 @@ class RenamePairs:
             # notifies as a copy): told now, and S3's word on it, held or to come, is not news.
             held = self.copies.get(path)
             if held is not None and held.etag == change.etag:
-                del self.copies[path]
+                self._drop(path)
             self._tell_created(path, change.etag)
         else:
             self._copied(path, change.etag, source)
@@ -105,12 +109,11 @@ class RenamePairs:
         if path in self.removals:
             self.removals[path] = (self.removals[path][0], self.removals[path][1] and quiet)
             return
-        for dst, held in self.copies.items():
-            if held.source == path:
-                self._rename(path, dst)
-                return
-        if len(self.removals) < HELD_MAX and any(
-                held.source is None for held in self.copies.values()):
+        dst = self.sources.get(path)
+        if dst is not None:
+            self._rename(path, dst)
+            return
+        if len(self.removals) < HELD_MAX and self.sourceless:
             # A held copy may yet name it as its source.
             self.removals[path] = (self._hold(), quiet)
             return
@@ -126,14 +129,26 @@ class RenamePairs:
                 self._tell_created(path, etag)
                 return
             held = self.copies[path] = _Copy(etag, None, self._hold())
+            self.sourceless += 1
         if source is not None and held.source is None:
             held.source = source
+            self.sourceless -= 1
+            self.sources[source] = path
         if held.source is not None and held.source in self.removals:
             del self.removals[held.source]
             self._rename(held.source, path)
 
+    def _drop(self, path: str) -> _Copy:
+        """No longer hold the copy at ``path`` (paired, released, or no rename's)."""
+        held = self.copies.pop(path)
+        if held.source is None:
+            self.sourceless -= 1
+        elif self.sources.get(held.source) == path:
+            del self.sources[held.source]
+        return held
+
     def _rename(self, src: str, dst: str) -> None:
-        held = self.copies.pop(dst)
+        held = self._drop(dst)
         self._remember(self.told_removed, src, None)
         self.told_copied.pop(src, None)  # a removal: a later copy there is news again
         self._remember(self.told_copied, dst, held.etag)
@@ -178,6 +193,6 @@ class RenamePairs:
                     self._tell_removed(path)
         for path, held in list(self.copies.items()):
             if held.until <= now:
-                del self.copies[path]
+                self._drop(path)
                 self.counts["unpaired"] += 1
                 self._tell_created(path, held.etag)

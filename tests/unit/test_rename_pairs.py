@@ -58,6 +58,7 @@ def deliver(arrivals: list[tuple[str, Change, str | None]]) -> list[tuple[str, .
                 pairs.heard(change, change.key, False, source)
             await trio.sleep(PAIR_WAIT_S * 2)
             assert not pairs.copies and not pairs.removals  # nothing held for ever
+            assert not pairs.sources and pairs.sourceless == 0  # (and its indexes agree)
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     return told.heard
