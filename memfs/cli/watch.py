@@ -18,7 +18,7 @@ import json
 import os
 import select
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,9 @@ from memfs.protocol import META_AGENT, META_WRITER
 from memfs.s3.bucket import Bucket
 from memfs.watching import KINDS, TreeWatcher, WatchEvent
 
+#: moved_from paths kept waiting for their moved_to.
+MOVES_KEPT = 64
+
 #: The exit status when --timeout ran out with no change seen (coreutils ``timeout``'s).
 TIMED_OUT = 124
 
@@ -41,8 +44,10 @@ def register(sub: Any) -> None:
     w = command(sub, "watch", cmd_watch, help="print a JSON line for each change under PATH",
                 description="Watch each PATH (a directory, recursively, or a file, which need "
                 "not exist yet) and print one JSON line per change: "
-                '{"path", "event", "dir", "etag", "writer", "time"}. On a memfs mount, changes '
-                "made on other machines are reported like local ones. Exit status: 0 a change "
+                '{"path", "event", "dir", "etag", "writer", "time"}; a moved_to line also says '
+                '"from": the path its moved_from named (null if unseen). On a memfs mount, '
+                "changes made on other machines are reported like local ones, a rename made "
+                "there as a moved_from and a moved_to. Exit status: 0 a change "
                 "was reported, 124 --timeout ran out first, 2 usage, 1 failure.")
     complete_as(w.add_argument("paths", nargs="+", metavar="PATH",
                                help="directory or file on a memfs mount"), FILE)
@@ -66,6 +71,19 @@ class Watched:
     file: bool                       # PATH is a file: events name it alone
     target: Target | None = None     # the bucket prefix of the watcher's root (memfs only)
     bucket: Bucket | None = None
+    # Cookie -> the path a moved_from named, until its moved_to (the kernel queues the two
+    # together; a moved_from whose moved_to never comes left the tree: a few are kept).
+    moved_from: dict[int, str] = field(default_factory=dict)
+
+    def origin(self, event: WatchEvent) -> str | None:
+        """For a moved_to, the path its moved_from named (as shown); None if not seen."""
+        if event.kind == "moved_from" and event.cookie:
+            self.moved_from[event.cookie] = self.shown(event)
+            while len(self.moved_from) > MOVES_KEPT:
+                del self.moved_from[next(iter(self.moved_from))]
+        if event.kind != "moved_to" or not event.cookie:
+            return None
+        return self.moved_from.pop(event.cookie, None)
 
     def shown(self, event: WatchEvent) -> str:
         if self.file or not event.path:
@@ -110,11 +128,14 @@ def _open(given: str, allow_local: bool) -> Watched:
     return Watched(given, watcher, not is_dir, target)
 
 
-def _line(w: Watched, event: WatchEvent) -> str:
+def _line(w: Watched, event: WatchEvent, origin: str | None) -> str:
     etag, writer = w.version(event)
     now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return json.dumps({"path": w.shown(event), "event": event.kind, "dir": event.is_dir,
-                       "etag": etag, "writer": writer, "time": now})  # (non-ASCII escaped)
+    line = {"path": w.shown(event), "event": event.kind, "dir": event.is_dir, "etag": etag,
+            "writer": writer, "time": now}
+    if event.kind == "moved_to":
+        line["from"] = origin
+    return json.dumps(line)  # (non-ASCII escaped)
 
 
 def cmd_watch(args: argparse.Namespace, ctx: Context) -> int:
@@ -151,9 +172,10 @@ def _watch(args: argparse.Namespace, ctx: Context, watched: list[Watched]) -> in
             if w.watcher.fileno() not in ready and w.watcher.next_deadline() is None:
                 continue
             for event in w.watcher.read(timeout=0):
+                origin = w.origin(event)  # (even when moved_from lines are not wanted)
                 if event.kind not in wanted:
                     continue
-                print(_line(w, event), file=ctx.stdout, flush=True)
+                print(_line(w, event, origin), file=ctx.stdout, flush=True)
                 reported = True
                 if args.once:
                     return 0

@@ -37,6 +37,12 @@ class Change:
     writer: str | None = None  # memfs's writer metadata (host/instance[/agent]), when known
     sender: str | None = None  # the announcing mount's id (memfs announcements): skip your own
     time: float = 0.0        # seconds since the epoch when the producer says, else receipt time
+    # A server-side copy made this version (S3's ``ObjectCreated:Copy``, a memfs rename's COPY):
+    # the creation half of a rename, perhaps, whose removal half may follow.
+    copy: bool = False
+    # The key a memfs mount's rename copied from (its announcement says so; S3's notification
+    # never does): with the source's removal, the two halves are one rename for watchers.
+    source: str | None = None
 
 
 class FeedState(enum.Enum):

@@ -54,6 +54,8 @@ _KIND_BY_DETAIL_TYPE = {
     "Object Created": ChangeKind.CREATED,
     "Object Deleted": ChangeKind.REMOVED,
 }
+#: The event name (``s3:`` removed) of a server-side copy: AWS, moto and RGW alike.
+_COPIED = "ObjectCreated:Copy"
 #: Nesting deeper than this (an SNS envelope in an envelope in ...) is garbage.
 _MAX_DEPTH = 3
 
@@ -66,8 +68,11 @@ def encode_announcement(change: Change) -> bytes:
     """memfs's announcement of one change, as JSON bytes (the inverse of decoding one).
 
     ``{"memfs": 1, "bucket", "key", "kind": "created" | "removed", "etag", "writer", "sender",
-    "time"}``; the key is the whole object key, raw (JSON carries any string). A rename is two
-    announcements: the old key removed, the new one created."""
+    "time"}``, and ``"source"`` (a key) on the COPY of a rename; the key is the whole object
+    key, raw (JSON carries any string). A rename is two announcements: the new key created
+    (with its source), the old one removed. ``source`` is optional (no version change): an
+    older mount ignores it and hears the two halves as a removal and a creation."""
+    optional = {"source": change.source} if change.source is not None else {}
     return json.dumps({
         ANNOUNCEMENT_FIELD: ANNOUNCEMENT_VERSION,
         "bucket": change.bucket,
@@ -77,6 +82,7 @@ def encode_announcement(change: Change) -> bytes:
         "writer": change.writer,
         "sender": change.sender,
         "time": change.time,
+        **optional,
     }, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
@@ -186,7 +192,7 @@ def _record(record: dict[str, Any], now: float) -> Change:
     etag = obj.get("eTag", obj.get("etag"))
     return Change(bucket=_string(s3["bucket"]["name"]), key=key, kind=kind,
                   producer=Producer.S3, etag=_etag(etag),
-                  time=_iso_time(record.get("eventTime"), now))
+                  time=_iso_time(record.get("eventTime"), now), copy=name == _COPIED)
 
 
 def _eventbridge(message: dict[str, Any], now: float) -> Change:
@@ -197,7 +203,8 @@ def _eventbridge(message: dict[str, Any], now: float) -> Change:
     obj = detail["object"]
     return Change(bucket=_string(detail["bucket"]["name"]), key=_string(obj["key"]),
                   kind=kind, producer=Producer.S3, etag=_etag(obj.get("etag", obj.get("eTag"))),
-                  time=_iso_time(message.get("time"), now))
+                  time=_iso_time(message.get("time"), now),
+                  copy=detail.get("reason") == "CopyObject")
 
 
 def _announcement(message: dict[str, Any]) -> Change:
@@ -209,10 +216,12 @@ def _announcement(message: dict[str, Any]) -> Change:
     when = message.get("time")
     if not isinstance(when, int | float) or isinstance(when, bool) or not math.isfinite(when):
         raise TypeError("announcement time is not a number")
+    source = _optional(message.get("source"))  # (absent before renames carried it)
     return Change(bucket=_string(message["bucket"]), key=_string(message["key"]),
                   kind=ChangeKind(message["kind"]), producer=Producer.MEMFS,
                   etag=_etag(message.get("etag")), writer=_optional(message.get("writer")),
-                  sender=_optional(message.get("sender")), time=float(when))
+                  sender=_optional(message.get("sender")), time=float(when),
+                  copy=source is not None, source=source)
 
 
 def _string(value: Any) -> str:

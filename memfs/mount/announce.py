@@ -43,8 +43,9 @@ PENDING_PER_PATH = 8
 #: Where lost races' bytes are kept (``upload.Uploader._save_conflict``).
 CONFLICTS = protocol.CONFLICT_DIR + "/"
 
-#: (path, is_dir, kind, ETag) for each change a store call made (``changes_of``).
-Made = tuple[str, bool, ChangeKind, str | None]
+#: (path, is_dir, kind, ETag, source) for each change a store call made (``changes_of``); the
+#: source is the path a rename's COPY copied from (None for anything else).
+Made = tuple[str, bool, ChangeKind, str | None, str | None]
 
 
 def bare_etag(etag: str | None) -> str | None:
@@ -57,15 +58,18 @@ def changes_of(store: Any, fn: Callable[..., Any], args: tuple[Any, ...],
     """The objects a store call that returned ``result`` created or removed (none for reads)."""
     directory = bool(kwargs.get("directory"))
     if fn == store.put:
-        return [(args[0], directory, ChangeKind.CREATED, bare_etag(result.etag))]
+        return [(args[0], directory, ChangeKind.CREATED, bare_etag(result.etag), None)]
     if fn is transfer.upload:
-        return [(args[1], False, ChangeKind.CREATED, bare_etag(result))]
+        return [(args[1], False, ChangeKind.CREATED, bare_etag(result), None)]
     if fn == store.copy:
-        return [(args[1], directory, ChangeKind.CREATED, bare_etag(result))]
+        # A copy onto another key is a rename's (a copy onto itself rewrites metadata).
+        source = args[0] if args[0] != args[1] else None
+        return [(args[1], directory, ChangeKind.CREATED, bare_etag(result), source)]
     if fn == store.delete:
-        return [(args[0], directory, ChangeKind.REMOVED, None)]
+        return [(args[0], directory, ChangeKind.REMOVED, None, None)]
     if fn == store.delete_keys:
-        return [(k.rstrip("/"), k.endswith("/"), ChangeKind.REMOVED, None) for k in args[0]]
+        return [(k.rstrip("/"), k.endswith("/"), ChangeKind.REMOVED, None, None)
+                for k in args[0]]
     return []
 
 
@@ -119,7 +123,7 @@ class Announcer:
         """S3 acknowledged ``fn(*args, **kwargs)``: announce what it changed."""
         if self.feed is None:
             return
-        for path, is_dir, kind, etag in changes_of(store, fn, args, kwargs, result):
+        for path, is_dir, kind, etag, source in changes_of(store, fn, args, kwargs, result):
             # A conflict copy is the one write this mount's own listings do not show (the
             # uploader adds it to none): S3's notification of it must expire them, not be
             # skipped as an echo.
@@ -130,9 +134,11 @@ class Announcer:
                 self.recent[path] = pending
                 if len(self.recent) > RECENT_KEPT:
                     self.recent.popitem(last=False)
-            key = self.prefix + path + ("/" if is_dir else "")
-            self.publish(Change(self.bucket, key, kind, Producer.MEMFS, etag=etag,
-                                writer=self.writer, sender=self.sender, time=time.time()))
+            tail = "/" if is_dir else ""
+            self.publish(Change(self.bucket, self.prefix + path + tail, kind, Producer.MEMFS,
+                                etag=etag, writer=self.writer, sender=self.sender,
+                                time=time.time(), copy=source is not None,
+                                source=None if source is None else self.prefix + source + tail))
 
     def echo(self, path: str, kind: ChangeKind, etag: str | None) -> bool:
         """Whether S3's notification of ``path`` is the echo of one of this mount's own changes

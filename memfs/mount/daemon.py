@@ -227,8 +227,9 @@ def run(config: MountConfig) -> int:
             raise MountError(explain_store_error(exc, config)) from None
     options = set(pyfuse3.default_options)
     options |= {f"fsname={config.source}", "subtype=memfs", "noatime"}
-    if config.read_only:
-        options.add("ro")
+    # A read-only mount is not the kernel's "ro": that would refuse the signaller's replays
+    # (memfs.mount.signalling) before asking us, and its watchers would hear nothing from
+    # elsewhere. The core refuses every change from anyone else with EROFS (``writable``).
     if config.allow_other:
         options.add("allow_other")
     try:

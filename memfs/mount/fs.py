@@ -245,7 +245,7 @@ class MemFS(pyfuse3.Operations):
     def mounted(self, value: bool) -> None:
         self._mounted = value
         self.core.kernel = KernelNotifier(self.core.config.mountpoint) if value else Kernel()
-        if value and self.signals is None and not self.core.config.read_only:
+        if value and self.signals is None:  # (read-only too: daemon.py mounts it rw for it)
             self.signals = Signaller(self.core, self.core.config.mountpoint,
                                      self.core.listings.resolve, _forget_entry_now)
             self.signals.start()

@@ -23,7 +23,9 @@ number, no walk over the cache): changes may have been missed meanwhile.
 A LIST or HEAD that was in flight when an event was applied may answer with what S3 held before
 the change. A listing sent before a change under its directory was heard is installed already
 expired (``CoreState.heard``, ``ListingCache._install``); a HEAD in flight for the path is waited
-for and its answer dropped again (``_after_flight``).
+for and its answer dropped again (``_after_flight``); any HEAD or GET of the path sent before the
+change was heard answers its caller but is not kept (``CoreState.kept``: the path is in
+``heard`` too).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from memfs.events.change import Change, ChangeKind, Feed, FeedState, Producer
 from memfs.mount.listings import ListingCache
 from memfs.mount.nodes import ROOT_INODE, Kind, Node
 from memfs.mount.pathtree import parent_of
+from memfs.mount.renamepairs import RenamePairs
 from memfs.mount.state import CoreState, Part
 from memfs.protocol import WRITE_PROBE
 from memfs.s3.endpoint import normal_etag
@@ -74,6 +77,7 @@ class RemoteChanges(Part):
         self.lags: collections.deque[float] = collections.deque(maxlen=LAGS_KEPT)
         self.max_lag = 0.0
         self._parked: dict[str, list[Change]] = {}
+        self.pairs = RenamePairs(state)  # the watchers hear a rename's two halves as one
         state.announce.on_written = self._written
         state.reports["events"] = self.stats
 
@@ -150,10 +154,13 @@ class RemoteChanges(Part):
                 and self.state.announce.echo(path, change.kind, change.etag)) or self._known(
                     change, path, is_dir):
             self.counts["ignored"] += 1
+            if change.kind is ChangeKind.REMOVED and not is_dir:
+                self.pairs.known_removal(path)  # no news, but perhaps a rename's half
             return
         self._forget(path, is_dir, change.kind)
         self.counts["applied"] += 1
-        self.state.watchers.changed(path, change.kind, is_dir=is_dir)
+        source = self.path_of(change.source) if change.source is not None else None
+        self.pairs.heard(change, path, is_dir, source[0] if source and not source[1] else None)
 
     def _written(self, path: str) -> None:
         """This mount's last write of ``path`` in flight has its answer: decide on the events
@@ -214,6 +221,7 @@ class RemoteChanges(Part):
     def _forget(self, path: str, is_dir: bool, kind: ChangeKind) -> None:
         """Drop what the mount holds about ``path`` and its directory; tell the kernel."""
         now = time.time()
+        self._heard(path, now)  # a HEAD or GET of it in flight is not kept (``kept``)
         kernel = self.state.kernel
         node = self.inodes.at(path)
         if node is not None and not self.state.is_local(node):
@@ -248,12 +256,19 @@ class RemoteChanges(Part):
         """The directory's listing no longer answers, nor one whose LIST is in flight."""
         if dnode.listing is not None:
             dnode.listing.fetched_at = 0.0
+        self._heard(dnode.path, now)
+
+    def _heard(self, path: str, now: float) -> None:
+        """Record that a change of (or under) ``path`` was heard ``now``. Kept in the order
+        heard (re-inserted), so that pruning what is past ``HEARD_KEEP_S`` stops at the first
+        recent one: files' paths are here too, and a walk of the whole map at every event
+        would cost O(paths) each past ``HEARD_KEPT``."""
         heard = self.state.heard
-        heard[dnode.path] = now
+        heard.pop(path, None)
+        heard[path] = now
         if len(heard) > HEARD_KEPT:
-            for path, when in list(heard.items()):
-                if when < now - HEARD_KEEP_S:
-                    del heard[path]
+            while heard[oldest := next(iter(heard))] < now - HEARD_KEEP_S:
+                del heard[oldest]  # (stops at ``path`` at the latest)
 
     async def _after_flight(self, path: str, node: Node) -> None:
         """A HEAD of ``path`` was in flight when its change was heard: once it has answered,
@@ -282,6 +297,8 @@ class RemoteChanges(Part):
             "seen": self.counts["seen"], "applied": self.counts["applied"],
             "ignored": self.counts["ignored"], "published": self.state.announce.published,
             "state_changes": self.counts["state_changes"],
+            "renames": {"paired": self.pairs.counts["renames"],
+                        "unpaired": self.pairs.counts["unpaired"]},
             "lag_ms": {"p50": ms(0.5), "p99": ms(0.99),
                        "max": round(self.max_lag * 1000, 1) if lags else None},
         }

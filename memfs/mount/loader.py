@@ -123,6 +123,7 @@ class Loader(Part):
         if node.size > self.config.part_size:
             await self._load_ranged(of, fresh, expect)
             return
+        started = time.time()
         try:
             data, info = await self.state.s3(self.store.get, node.path,
                                              if_none_match=entry.etag if entry else None,
@@ -136,6 +137,7 @@ class Loader(Part):
                 return await self._load_once(of, revalidate=revalidate, expect=expect)
             node.validated_at = time.time()
             node.etag = entry.etag
+            self.state.kept(node, started)
             self._expect_version(of, entry.etag, expect)
             self.state.counters["cache_hits"] += 1
             of.body, of.base_etag = blob, entry.etag
@@ -147,6 +149,7 @@ class Loader(Part):
         if node.etag is not None and info.etag != node.etag:
             self.state.watchers.changed(node.path, ChangeKind.CREATED)  # written elsewhere
         node.apply_info(info, time.time())
+        self.state.kept(node, started)
         blob = self.state.staged(Blob.from_bytes, self.content.staging, data, info.etag)
         self.state.keep(node.path, blob, info)
         # A new version: the kernel may still bound reads by the old size (whoever updated the
@@ -177,6 +180,7 @@ class Loader(Part):
         """A big object: nothing is fetched until read (``_fetch``)."""
         node = of.node
         if not fresh or node.etag is None:
+            started = time.time()
             try:
                 info = await self.state.s3(self.store.head, node.path)
             except StoreError as exc:
@@ -189,6 +193,7 @@ class Loader(Part):
             if info.etag != node.etag:
                 self.state.kernel.forget_attrs(node.inode)
             node.apply_info(info, time.time())
+            self.state.kept(node, started)
         assert node.etag is not None
         self._expect_version(of, node.etag, expect)
         info = ObjectInfo(node.size, node.etag, node.mtime, node.mode, node.uid, node.gid)

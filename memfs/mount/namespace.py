@@ -211,6 +211,7 @@ class Namespace(Part):
                                    node.uid, node.gid)
         node.apply_info(info, now)
         node.meta_known = True
+        self.state.kept(node, now)
         if data is not None:
             if cached is None:
                 self.content.put_bytes(path, info.etag, data, info)
@@ -268,6 +269,7 @@ class Namespace(Part):
     async def _revalidate(self, node: Node) -> tuple[Node, bool]:
         """``getattr``'s HEAD of a file whose attributes are older than the TTL."""
         await self.state.settled(node.path)
+        started = time.time()
         info = await self.state.s3(self.store.head, node.path)
         if info is None:
             self.inodes.detach(node.path)
@@ -284,7 +286,7 @@ class Namespace(Part):
             self.state.watchers.changed(node.path, ChangeKind.CREATED)  # written elsewhere
         node.apply_info(info, time.time())
         node.meta_known = True
-        return node, True
+        return node, self.state.kept(node, started)  # (the kernel keeps it only if we do)
 
     def _relookup(self, node: Node) -> None:
         parent = self.inodes.at(node.parent_path())

@@ -32,8 +32,9 @@ node.
 Nothing here uploads, versions, counts against the quota or is announced to other mounts: the
 adapter answers these requests without calling the core's operations. The trio thread never
 waits for the signaller (``changed`` only queues, and drops past ``CAPACITY``); the signaller's
-syscalls are answered by the trio thread. A read-only mount (``-o ro``) cannot be signalled: the
-kernel refuses every such operation before asking us. Where the daemon's user may not write (a
+syscalls are answered by the trio thread. A read-only mount is signalled too: the kernel does not
+hold it read-only (the daemon refuses everyone else's changes with EROFS, ``daemon.py``), and the
+adapter answers the signaller before the core's check. Where the daemon's user may not write (a
 directory another user of an ``--allow-other`` mount made private), the kernel refuses too, and
 the change is not announced there.
 """
@@ -109,8 +110,9 @@ class Signaller(Watchers):
         self._resolve = resolve
         self.mountpoint = Path(os.path.abspath(mountpoint))
         self._queue: queue.Queue[Step | None] = queue.Queue(CAPACITY)
-        # Paths with a MKNOD or TOUCH queued and not begun: a change heard twice (the bucket's
-        # notification and the writer's announcement) is replayed once. Shared by both threads.
+        # Paths with a MKNOD, MKDIR or TOUCH queued and not begun: a change heard twice (the
+        # bucket's notification and the writer's announcement) is replayed once. Shared by both
+        # threads.
         self._queued: set[str] = set()
         # The path whose step the signaller is performing (under ``_lock``): a creation heard
         # again meanwhile is replayed as a write, not as a second creation.
@@ -167,22 +169,29 @@ class Signaller(Watchers):
                 self._put(Step(Op.TOUCH, path))
             return
         # A new name; with the directories leading to it that the kernel has not met either.
+        self._make_ancestors(path)
+        self._put(Step(Op.MKDIR if is_dir else Op.MKNOD, path, is_dir=is_dir,
+                       forget=self._entry(path)))
+
+    def _make_ancestors(self, path: str) -> None:
+        """Queue a MKDIR of each directory above ``path`` the kernel has not met."""
         parts = path.split("/")
         for depth in range(1, len(parts)):
             ancestor = "/".join(parts[:depth])
             if self.state.inodes.at(ancestor) is None:
                 self._put(Step(Op.MKDIR, ancestor, is_dir=True, forget=self._entry(ancestor)))
-        self._put(Step(Op.MKDIR if is_dir else Op.MKNOD, path, is_dir=is_dir,
-                       forget=self._entry(path)))
 
     def renamed(self, old: str, new: str, *, is_dir: bool = False) -> None:
         if not self._kernel_may_know(old.rpartition("/")[0]):
             self.changed(new, ChangeKind.CREATED, is_dir=is_dir)
             return
-        if self.state.inodes.at(new.rpartition("/")[0]) is None:
-            self.changed(old, ChangeKind.REMOVED, is_dir=is_dir)
-            self.changed(new, ChangeKind.CREATED, is_dir=is_dir)
-            return
+        # Into a directory new to the kernel (a directory renamed elsewhere, key by key): made
+        # first, as for a new file in it; the steps are performed in order.
+        self._removed.pop(new, None)
+        self._removed[old] = None  # (its removal, heard again, is not replayed again)
+        if len(self._removed) > CAPACITY:
+            del self._removed[next(iter(self._removed))]
+        self._make_ancestors(new)
         self._put(Step(Op.RENAME, old, new=new, is_dir=is_dir, forget=self._entry(new)))
 
     def _entry(self, path: str) -> tuple[int, str]:
@@ -203,7 +212,8 @@ class Signaller(Watchers):
         return self.state.inodes.at(directory) is not None
 
     def _put(self, step: Step) -> None:
-        coalesced = step.op in (Op.MKNOD, Op.TOUCH)
+        # (A directory made for each of its files renamed into it elsewhere: once.)
+        coalesced = step.op in (Op.MKNOD, Op.TOUCH, Op.MKDIR)
         with self._lock:
             if coalesced and step.path in self._queued:
                 return  # the one queued will show the kernel what S3 holds by then

@@ -165,7 +165,8 @@ class CoreState:
         # feed that went down may have missed changes (``memfs.mount.hints``).
         self.stale_before = 0.0
         # Directory path -> when a change under it was last heard from elsewhere: a LIST sent
-        # before then may not show it (``ListingCache._install``; kept by ``hints``).
+        # before then may not show it (``ListingCache._install``; kept by ``hints``). A changed
+        # file's path too: a HEAD or GET sent before then may not (``kept``).
         self.heard: dict[str, float] = {}
         self.kernel = kernel or Kernel()
         # Remote changes reported to the kernel's watchers (inotify) once the core has applied
@@ -284,6 +285,16 @@ class CoreState:
 
     def fresh(self, t: float) -> bool:
         return t > self.stale_before and time.time() - t <= self.ttl
+
+    def kept(self, node: Node, started: float) -> bool:
+        """Whether what ``node`` was just given (S3's answer to a HEAD or GET sent at
+        ``started``) may be kept for the TTL. Not when a change of its path was heard from
+        elsewhere meanwhile: the answer may predate it, so it serves its one caller and the
+        node stays due for revalidation (else an old answer would live for ``--events-ttl``)."""
+        if self.heard.get(node.path, 0.0) < started:
+            return True
+        node.validated_at = 0.0
+        return False
 
     def node(self, inode: int) -> Node:
         node = self.inodes.get(inode)

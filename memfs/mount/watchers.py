@@ -5,7 +5,7 @@ reverse invalidations raise none. A change heard from elsewhere (a change event,
 revalidation that found S3 different) is reported here, after the core has dropped what it knew;
 the implementation makes the kernel raise the events a watcher of a local change would see.
 
-This base class does nothing (unit tests, a core before its mount is live, a read-only mount);
+This base class does nothing (unit tests, a core before its mount is live);
 on a live mount the daemon's signaller (``memfs.mount.signalling``) replaces it.
 """
 

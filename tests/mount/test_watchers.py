@@ -8,6 +8,7 @@ change raises. The replay sends nothing to S3 (counted on the wire through the S
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -282,3 +283,129 @@ def test_memfs_watch_on_b_prints_a_write_on_a_with_the_change_feed(
     line = json.loads(out)
     assert (line["path"], line["event"]) == (str(b / "approved.md"), "modified")
     assert line["writer"].startswith(f"{os.uname().nodename}/")
+
+
+@needs_moto("S3 notifications to SNS and SQS (moto serves all three)")
+def test_inotifywait_on_b_hears_as_renames_a_files_moves_on_a(
+        proxy: S3Proxy, s3_reset: str, mount_factory) -> None:
+    """A renames a file in its directory and into another: B's ``inotifywait -m -r`` hears
+    ``MOVED_FROM`` and ``MOVED_TO`` with one cookie, as for a local ``mv`` — not a DELETE and a
+    CREATE — though S3 saw a COPY and a DELETE, each heard twice (S3's notification and A's
+    announcement, which names the COPY's source); and ``memfs watch`` says where it came from."""
+    fleet = Fleet(s3_reset, mount_factory)
+    a = fleet.mount("a")
+    mount_factory.endpoint = proxy.url
+    b = fleet.mount("b")
+    (a / "inbox").mkdir()
+    (a / "done").mkdir()
+    (a / "inbox" / "task.md").write_text("do it")
+    wait_until(lambda: os.listdir(b / "inbox") == ["task.md"], what="the file on B")
+    assert os.listdir(b / "done") == []
+    watcher = Inotifywait(b)
+    printer = memfs_watch(str(b), "--event", "moved_to", "--timeout", "60")
+    try:
+        wait_watching(watcher.proc)
+        wait_watching(printer)
+        time.sleep(0.5)  # (its recursive watches are set up after the first)
+        proxy.reset_counts()
+        for old, new, where in (("inbox/task.md", "inbox/doing.md", "in one directory"),
+                                ("inbox/doing.md", "done/doing.md", "across directories")):
+            began = time.time()
+            os.rename(a / old, a / new)
+            wait_until(lambda n=new, t=began:  # type: ignore[misc]
+                       watcher.first("MOVED_TO", b / n, t) is not None, what=f"MOVED_TO {new}")
+            print(f"B's MOVED_TO for A's mv {where}: "
+                  f"{(watcher.first('MOVED_TO', b / new, began) or 0) - began:.3f} s")
+        time.sleep(3)  # (anything else it would hear: the pairing's wait is 2 s)
+        assert writes(proxy) == {}  # B replayed, and wrote nothing
+    finally:
+        watcher.close()
+        printer.terminate()
+    heard = [(kinds.split(","), path) for _, kinds, path in watcher.lines]
+    moves = [(k[0], p) for k, p in heard if k[0].startswith("MOVED")]
+    assert [(k, Path(p).relative_to(b).as_posix()) for k, p in moves] == [
+        ("MOVED_FROM", "inbox/task.md"), ("MOVED_TO", "inbox/doing.md"),
+        ("MOVED_FROM", "inbox/doing.md"), ("MOVED_TO", "done/doing.md")], heard
+    assert not [h for h in heard if "DELETE" in h[0] or "CREATE" in h[0]], heard
+    assert (b / "done" / "doing.md").read_text() == "do it"
+    assert os.listdir(b / "inbox") == []
+    assert events(b)["renames"]["paired"] == 2
+    out, _err = printer.communicate(timeout=10)
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(x["path"], x["from"]) for x in lines] == [
+        (str(b / "inbox" / "doing.md"), str(b / "inbox" / "task.md")),
+        (str(b / "done" / "doing.md"), str(b / "inbox" / "doing.md"))]
+
+
+@pytest.mark.parametrize("flags", [("--read-only",), ("--read-only-paths", "team")],
+                         ids=["read-only mount", "read-only shared area"])
+def test_a_read_only_mount_or_area_hears_changes_made_elsewhere_and_refuses_every_write(
+        proxy: S3Proxy, mount_factory, s3, flags: tuple[str, ...]) -> None:
+    """The daemon's replays reach the watchers of a read-only mount (the kernel does not hold it
+    read-only: the daemon does), and nothing else gets through: every change is EROFS and
+    nothing reaches S3."""
+    s3.put_object(Bucket=BUCKET, Key="team/old.md", Body=b"old")
+    s3.put_object(Bucket=BUCKET, Key="team/kept.md", Body=b"v1")
+    mount_factory.endpoint = proxy.url
+    b = mount_factory("", "--metadata-ttl", str(TTL), *flags)
+    team = b / "team"
+    assert sorted(os.listdir(team)) == ["kept.md", "old.md"]
+    with TreeWatcher(b) as watcher:
+        proxy.reset_counts()
+        s3.put_object(Bucket=BUCKET, Key="team/new.md", Body=b"new")
+        s3.put_object(Bucket=BUCKET, Key="team/kept.md", Body=b"v2, longer")
+        s3.delete_object(Bucket=BUCKET, Key="team/old.md")
+        heard(watcher, b, {("team/new.md", "created"), ("team/kept.md", "modified"),
+                           ("team/old.md", "removed")})
+        refused = {
+            "create": lambda: os.open(team / "x.md", os.O_WRONLY | os.O_CREAT, 0o600),
+            "open for writing": lambda: os.open(team / "kept.md", os.O_RDWR),
+            "truncate": lambda: os.truncate(team / "kept.md", 0),
+            "chmod": lambda: os.chmod(team / "kept.md", 0o600),
+            "utime": lambda: os.utime(team / "kept.md", (1, 1)),
+            "mkdir": lambda: os.mkdir(team / "d"),
+            "mknod": lambda: os.mknod(team / "n.md"),
+            "symlink": lambda: os.symlink("kept.md", team / "l"),
+            "unlink": lambda: os.unlink(team / "kept.md"),
+            "rmdir": lambda: os.rmdir(team),
+            "rename": lambda: os.rename(team / "kept.md", team / "k.md"),
+        }
+        for what, attempt in refused.items():
+            with pytest.raises(OSError) as err:
+                attempt()
+            assert err.value.errno in (errno.EROFS, errno.ENOTEMPTY), what
+        assert writes(proxy) == {}  # neither the replays nor the attempts wrote anything
+    replays = json.loads(os.getxattr(b, XATTR_STATS))["watchers"]
+    assert replays["sent"] >= 3 and replays["failed"] == 0, replays
+    assert (team / "kept.md").read_text() == "v2, longer"
+    assert sorted(os.listdir(team)) == ["kept.md", "new.md"]
+
+
+@needs_moto("S3 notifications to SNS and SQS (moto serves all three)")
+def test_a_directory_renamed_on_a_reaches_bs_watchers_key_by_key(
+        s3_reset: str, mount_factory) -> None:
+    """A directory's rename is a COPY and a DELETE per key: B's watcher hears the new directory
+    and each file in it (moved there, or created), and the old one gone — what SEMANTICS
+    promises — and B then lists what S3 holds."""
+    fleet = Fleet(s3_reset, mount_factory)
+    a, b = fleet.mount("a"), fleet.mount("b")
+    (a / "old").mkdir()
+    names = ["x.md", "y.md", "z.md"]
+    for name in names:
+        (a / "old" / name).write_text(name)
+    wait_until(lambda: sorted(os.listdir(b / "old")) == names, what="the files on B")
+    with TreeWatcher(b) as watcher:
+        os.rename(a / "old", a / "new")
+        want = {(f"new/{n}", k) for n in names for k in ("created", "moved_to")}
+        seen: list[WatchEvent] = []
+        deadline = time.monotonic() + 20
+        while not ({f"new/{n}" for n in names} <= {e.path for e in seen if (e.path, e.kind)
+                                                    in want}
+                   and ("old", "removed") in {(e.path, e.kind) for e in seen}):
+            assert time.monotonic() < deadline, f"B heard only {seen}"
+            seen += watcher.read(timeout=0.2)
+        seen += watcher.read(timeout=3)  # (what is held waits 2 s)
+    print("B heard:", [(e.kind, e.path) for e in seen])
+    assert ("new", "created") in {(e.path, e.kind) for e in seen}
+    assert sorted(os.listdir(b / "new")) == names and not (b / "old").exists()
+    assert [(b / "new" / n).read_text() for n in names] == names

@@ -68,14 +68,39 @@ def test_eventbridge(bucket: str, key: str) -> None:
 @given(bucket=buckets, key=keys, kind=st.sampled_from(ChangeKind),
        etag=st.none() | st.from_regex(r"[0-9a-f]{32}(-[0-9]+)?", fullmatch=True),
        writer=st.none() | st.text(min_size=1, max_size=20),
-       time=st.floats(0, 4e9, allow_nan=False), enveloped=st.booleans())
+       time=st.floats(0, 4e9, allow_nan=False), enveloped=st.booleans(),
+       source=st.none() | keys)
 def test_memfs_announcements_round_trip(bucket, key, kind, etag, writer, time,
-                                        enveloped) -> None:
+                                        enveloped, source) -> None:
     sent = Change(bucket, key, kind, Producer.MEMFS, etag=etag, writer=writer, sender="m-1",
-                  time=time)
+                  time=time, copy=source is not None, source=source)
     body = encode_announcement(sent)
     got = one(sns_envelope(body.decode()) if enveloped else body)
     assert got == sent
+
+
+def test_an_announcement_without_a_source_still_decodes_and_an_older_reader_skips_it() -> None:
+    """A rename's COPY names its source in an optional field: what mounts before it sent (no
+    field) decodes as a plain creation, and the field adds nothing an older decoder reads."""
+    sent = Change("b", "d/new.md", ChangeKind.CREATED, Producer.MEMFS, etag="e1", sender="m",
+                  time=1.0, copy=True, source="d/old.md")
+    body = json.loads(encode_announcement(sent))
+    assert body.pop("source") == "d/old.md"
+    old = one(json.dumps(body))
+    assert (old.source, old.copy) == (None, False)
+    assert old == Change("b", "d/new.md", ChangeKind.CREATED, Producer.MEMFS, etag="e1",
+                         sender="m", time=1.0)
+    assert "source" not in json.loads(encode_announcement(old))
+    assert Decoder().decode(json.dumps({**body, "source": 7})) == []  # a wrong type: dropped
+
+
+def test_s3s_copy_notifications_are_marked_as_copies() -> None:
+    d = Decoder()
+    for name, copied in [("ObjectCreated:Copy", True), ("s3:ObjectCreated:Copy", True),
+                         ("ObjectCreated:Put", False),
+                         ("ObjectCreated:CompleteMultipartUpload", False)]:
+        [c] = d.decode(s3_message("b", "k", name))
+        assert (c.copy, c.source) == (copied, None), name
 
 
 def test_event_names_and_their_kinds() -> None:
