@@ -272,7 +272,11 @@ class MemFS(pyfuse3.Operations):
                                 self.core.handles.page_cache_size(node.inode))
 
     def _uncached(self, node: Node) -> pyfuse3.EntryAttributes:
-        return entry_attributes(node, 0, self.mode_limit, self.owner_fallback)
+        # The signaller's replies too give the size page-cache handles read: its replay of
+        # another mount's change (fstat, then a same-size ftruncate) once told the kernel the
+        # newest version's size, which cut every reader of the older one (issue 50).
+        return entry_attributes(node, 0, self.mode_limit, self.owner_fallback,
+                                self.core.handles.page_cache_size(node.inode))
 
     # -- names and attributes ----------------------------------------------------------------
 

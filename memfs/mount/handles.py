@@ -237,6 +237,10 @@ class HandleTable:
         of = next(iter(cached.values()))
         return of.body.size if of.body is not None else None
 
+    def open_on(self, inode: int) -> bool:
+        """Whether any handle (or a shared state still uploading) holds ``inode`` open."""
+        return inode in self._states_on or inode in self.shared
+
     def others_open(self, of: OpenFile) -> bool:
         """Whether handles on ``of``'s node use a state other than ``of``."""
         on = self._states_on.get(of.node.inode, {})

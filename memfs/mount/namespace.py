@@ -252,8 +252,11 @@ class Namespace(Part):
         """The node's attributes, confirmed within the TTL; the flag says whether the kernel
         may cache them (False when it must look the name up again)."""
         node = self.state.node(inode)
-        if node.detached and inode not in self.handles.shared:
-            raise fail(errno.ENOENT)  # the name is gone and nothing holds the file open
+        if node.detached and not self.handles.open_on(inode):
+            # The name is gone and nothing holds the file open. (Not just the shared state:
+            # a descriptor still on an older version, after the shared one was released,
+            # holds it too; its reader's next read asked getattr and failed ENOENT.)
+            raise fail(errno.ENOENT)
         if node.kind is Kind.DIR:
             if not node.meta_known and inode != ROOT_INODE:
                 await self.read_metadata(node)  # one HEAD of its marker, once per mount

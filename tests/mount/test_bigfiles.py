@@ -16,7 +16,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,19 +26,6 @@ from tests.support.s3proxy import FaultRule, Faults, S3Proxy
 
 MIB = 1024 * 1024
 PART = ("--part-size", "5M")
-
-
-@pytest.fixture
-def proxy(s3, s3_reset: str) -> Iterator[S3Proxy]:
-    with S3Proxy(s3_reset) as p:
-        yield p
-
-
-@pytest.fixture
-def mounts(mount_factory, proxy: S3Proxy):
-    """mount_factory, through the counting proxy."""
-    mount_factory.endpoint = proxy.url
-    return mount_factory
 
 
 def _pattern(size: int, seed: int = 0) -> bytes:

@@ -12,9 +12,7 @@ import hashlib
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,19 +21,6 @@ from tests.support.s3proxy import S3Proxy
 
 MIB = 1024 * 1024
 PART = ("--part-size", "5M")
-
-
-@pytest.fixture
-def proxy(s3, s3_reset: str) -> Iterator[S3Proxy]:
-    with S3Proxy(s3_reset) as p:
-        yield p
-
-
-@pytest.fixture
-def mounts(mount_factory, proxy: S3Proxy):
-    """mount_factory, through the counting proxy."""
-    mount_factory.endpoint = proxy.url
-    return mount_factory
 
 
 def _pattern(size: int, seed: int = 0) -> bytes:
