@@ -269,7 +269,15 @@ class DataPath(Part):
 
     async def _fork(self, of: OpenFile) -> Blob:
         body = of.body
-        assert body is not None
+        if body is None:
+            # The write waited for the lock behind this file's upload, which lost its race to
+            # another writer (``Uploader``: ESTALE, bytes kept in the conflict folder, the version
+            # dropped). The offset was computed against the lost version: refuse it as a write
+            # that arrived after the loss would be refused (``DataPath._ensure_body``).
+            log.warning("%s: the version this write was computed against was lost to another "
+                        "writer while it waited: the write is refused with ESTALE; reopen the "
+                        "file", of.node.path)
+            raise fail(errno.ESTALE)
         if body.etag is not None or body.frozen:
             try:
                 of.body = await self.state.run_blocking(body.size, body.fork, self.content.staging)

@@ -9,7 +9,10 @@ of its own, and the descriptors already open keep theirs whole.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import threading
 from pathlib import Path
 
 import trio
@@ -173,3 +176,65 @@ def test_a_transaction_on_a_new_file_beside_its_creator_never_conflicts() -> Non
         core.check_invariants()
 
     trio.run(main)
+
+
+class HeldPut(MemoryStore):
+    """A store whose next PUT of ``f`` waits until the test lets it go (an upload in flight)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.go = threading.Event()
+        self.hold = False
+
+    def put(self, path: str, data: bytes, metadata: dict[str, str], **kwargs):  # type: ignore[override]
+        if path == "f" and self.hold:
+            self.hold = False
+            self.entered.set()
+            self.go.wait(10)
+        return super().put(path, data, metadata, **kwargs)
+
+
+def test_a_write_waiting_behind_an_upload_that_lost_its_race_is_refused_with_estale() -> None:
+    """A big file's write arrives while its upload runs (the body frozen, the write waiting for
+    the lock to fork it); the upload loses to another writer. The write's offset meant the lost
+    version: it is refused with ESTALE (it was an AssertionError in the daemon), the winner
+    stays in S3 and the loser's bytes are in the conflict folder."""
+    store = HeldPut()
+    big = b"v" * (2 * 1024 * 1024)  # above the inline size: a fork waits for the lock
+    store.put("f", big, {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=TTL))
+    outcome: dict[str, object] = {}
+
+    async def main() -> None:
+        node = await lookup(core)
+        opened = await core.open(node.inode, os.O_RDWR, ME)
+        await core.write(opened.fh, 0, b"mine")
+        store.hold = True
+
+        async def flush() -> None:
+            try:
+                await core.flush(opened.fh)
+            except OSError as exc:
+                outcome["flush"] = exc.errno
+
+        async def late_write() -> None:
+            await trio.to_thread.run_sync(store.entered.wait, 10)
+            store._write("f", b"theirs", {})  # another writer won meanwhile
+            try:
+                await core.write(opened.fh, 4, b" more")
+            except OSError as exc:
+                outcome["write"] = exc.errno
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(flush)
+            nursery.start_soon(late_write)
+            await trio.sleep(0.3)  # the write is waiting for the lock behind the upload
+            store.go.set()
+        with contextlib.suppress(OSError):
+            await core.release(opened.fh)
+
+    trio.run(main)
+    assert outcome == {"flush": errno.ESTALE, "write": errno.ESTALE}, outcome
+    assert store.objects["f"][0] == b"theirs"
+    assert any(key.startswith(".memfs-conflicts/") for key in store.objects), list(store.objects)
