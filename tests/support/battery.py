@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -62,7 +63,7 @@ class BatteryResult:
 
     # test id -> passed, skipped, failure or error
     outcomes: dict[str, str] = field(default_factory=dict)
-    messages: dict[str, str] = field(default_factory=dict)  # failing test id -> first lines
+    messages: dict[str, str] = field(default_factory=dict)  # failing, skipped id -> why
     suites_failed: list[str] = field(default_factory=list)  # regrtest's summary
     suites_crashed: list[str] = field(default_factory=list)  # no test cases in the XML
     seconds: float = 0.0
@@ -79,14 +80,15 @@ class BatteryResult:
         return out
 
 
-def load_expected(path: Path = EXPECTED_FILE) -> dict[str, str]:
-    """test id -> the docs/SEMANTICS.md section the failure falls under."""
+def load_expected(path: Path = EXPECTED_FILE, table: str = "expected") -> dict[str, str]:
+    """test id -> the docs/SEMANTICS.md section the failure falls under (``table="skips"``: the
+    words of a skip reason -> the section that explains why a test skips itself on a mount)."""
     with open(path, "rb") as f:
         data = tomllib.load(f)
-    expected = data.get("expected", {})
+    expected = data.get(table, {})
     bad = [k for k, v in expected.items() if not isinstance(v, str) or not v.strip()]
     if bad:
-        raise ValueError(f"{path}: every expected failure needs its SEMANTICS section: {bad}")
+        raise ValueError(f"{path}: every entry needs its SEMANTICS section: {bad}")
     return dict(expected)
 
 
@@ -105,6 +107,7 @@ def parse_junit(xml_text: str) -> tuple[dict[str, str], dict[str, str]]:
                 break
             if child.tag == "skipped":
                 outcome = "skipped"
+                messages[name] = (child.text or "").strip()[:300]
         # A test run twice (a subTest failing) keeps its worst outcome.
         if outcomes.get(name) not in FAILED:
             outcomes[name] = outcome
@@ -148,6 +151,21 @@ def run(suites: Iterable[str], mount_dir: Path, scratch: Path, *, jobs: int = 2,
     return result
 
 
+def run_with_baseline(suites: Iterable[str], mnt: Path, scratch: Path, *, jobs: int = 2,
+                      timeout: float = 900.0) -> tuple[BatteryResult, BatteryResult]:
+    """`suites` on the mount `mnt`, then on a local directory beside it whose path has the same
+    length (tests skip themselves on paths too long for a Unix socket: both runs must meet the
+    same lengths); the local one is the baseline `judge` compares skips with."""
+    suites = list(suites)
+    on_mount = run(suites, mnt / "battery", scratch / "mount", jobs=jobs, timeout=timeout)
+    local = mnt.parent / ("l" * len(mnt.name))
+    try:
+        baseline = run(suites, local / "battery", scratch / "local", jobs=jobs, timeout=timeout)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+    return on_mount, baseline
+
+
 @dataclass
 class Verdict:
     """A run judged against the expectations: what is wrong, and what was expected."""
@@ -156,10 +174,11 @@ class Verdict:
     now_passing: list[str]  # listed, ran, and passed
     expected_seen: dict[str, str]  # listed and failed: test id -> section
     crashed: list[str]  # no results at all, or failed outside every test (setUpClass, import)
+    hidden: dict[str, str] = field(default_factory=dict)  # skipped here, passed on a disk: why
 
     @property
     def ok(self) -> bool:
-        return not (self.unexpected or self.now_passing or self.crashed)
+        return not (self.unexpected or self.now_passing or self.crashed or self.hidden)
 
     def report(self) -> str:
         lines = []
@@ -167,6 +186,9 @@ class Verdict:
             lines.append(f"UNEXPECTED FAILURE {t}\n    " + msg.replace("\n", "\n    ")[-800:])
         lines += [f"EXPECTED FAILURE NOW PASSES {t}: drop it from {EXPECTED_FILE.name}"
                   for t in self.now_passing]
+        lines += [f"SKIPPED ON THE MOUNT, PASSES ON A LOCAL DISK {t}: {why!r} is no reason "
+                  f"listed under [skips] in {EXPECTED_FILE.name}"
+                  for t, why in sorted(self.hidden.items())]
         lines += [f"SUITE FAILED OUTSIDE ANY TEST {s}: no results, or a failure in setUpClass "
                   "or at import (see the output)" for s in self.crashed]
         return "\n".join(lines)
@@ -178,10 +200,15 @@ def suite_of(test_id: str) -> str:
     return parts[1] if len(parts) > 1 else test_id
 
 
-def judge(result: BatteryResult, expected: Mapping[str, str]) -> Verdict:
+def judge(result: BatteryResult, expected: Mapping[str, str],
+          baseline: BatteryResult | None = None, skips: Mapping[str, str] = {}) -> Verdict:
     """Failures outside `expected`, expected ones that passed, and suites that failed without
     a failing test to show for it (regrtest's XML records no test for a failing setUpClass or
-    module import: such a suite must not hide behind its expected failures)."""
+    module import: such a suite must not hide behind its expected failures).
+
+    With a `baseline` (the same suites on a local disk), a test that skips itself on the mount
+    but passes there is a failure in disguise ("os.link(): [Errno 1]", "no non-broken extended
+    attribute support"): its reason must contain one of `skips`."""
     failing = result.failing()
     failing_suites = {suite_of(t) for t in failing}
     silent = [s for s in result.suites_failed if s not in failing_suites]
@@ -190,6 +217,10 @@ def judge(result: BatteryResult, expected: Mapping[str, str]) -> Verdict:
         now_passing=sorted(t for t in expected if result.outcomes.get(t) == "passed"),
         expected_seen={t: expected[t] for t in failing if t in expected},
         crashed=sorted(set(result.suites_crashed) | set(silent)),
+        hidden={} if baseline is None else {
+            t: result.messages.get(t, "") for t, o in result.outcomes.items()
+            if o == "skipped" and baseline.outcomes.get(t) == "passed"
+            and not any(words in result.messages.get(t, "") for words in skips)},
     )
 
 
@@ -199,8 +230,8 @@ def scenario(lab: Any, quick: bool) -> dict[str, Any]:
     lab.fresh_bucket()
     mnt, _proc = lab.mount()
     suites = FAST_SUITES if quick else SUITES
-    result = run(suites, mnt / "battery", lab.workdir / "battery-out", jobs=2)
-    verdict = judge(result, load_expected())
+    result, baseline = run_with_baseline(suites, mnt, lab.workdir / "battery-out")
+    verdict = judge(result, load_expected(), baseline, load_expected(table="skips"))
     print(result.output[-2500:], flush=True)
     print(verdict.report() or "battery: every failure is one SEMANTICS documents", flush=True)
     clean = lab.unmount_cleanly(mnt)
@@ -208,4 +239,6 @@ def scenario(lab: Any, quick: bool) -> dict[str, Any]:
         "suites": list(suites), "counts": result.counts(), "seconds": round(result.seconds),
         "unexpected": sorted(verdict.unexpected), "now_passing": verdict.now_passing,
         "crashed": verdict.crashed, "expected_seen": verdict.expected_seen,
+        "hidden_skips": verdict.hidden, "baseline_counts": baseline.counts(),
+        "baseline_seconds": round(baseline.seconds),
         "clean_unmount": clean, "ok": verdict.ok and clean}}

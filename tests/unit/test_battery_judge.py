@@ -87,3 +87,18 @@ def test_the_expectations_file_reads_and_refuses_an_entry_without_a_section(
     bad.write_text('[expected]\n"test.test_os.A.test_b" = ""\n')
     with pytest.raises(ValueError, match=r"test\.test_os\.A\.test_b"):
         battery.load_expected(bad)
+
+
+def test_a_test_that_skips_itself_only_on_the_mount_needs_a_listed_reason() -> None:
+    r = result()
+    r.suites_failed = ["test_os"]
+    listed = {t: "s" for t in r.failing()}
+    r.outcomes["test.test_os.LinkTests.test_link2"] = "skipped"
+    r.messages["test.test_os.LinkTests.test_link2"] = "os.link(): [Errno 1] Operation not permitted"
+    base = battery.BatteryResult(outcomes={t: "passed" for t in r.outcomes})
+    base.outcomes["test.test_glob.GlobTests.test_escape_windows"] = "skipped"  # skips on both
+    v = battery.judge(r, listed, base, {})
+    assert not v.ok and list(v.hidden) == ["test.test_os.LinkTests.test_link2"]
+    assert "PASSES ON A LOCAL DISK test.test_os.LinkTests.test_link2" in v.report()
+    assert battery.judge(r, listed, base, {"os.link(): [Errno 1]": "hard links"}).ok
+    assert battery.judge(r, listed).ok  # no baseline: skips are not judged
