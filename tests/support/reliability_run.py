@@ -617,8 +617,8 @@ def _rows(name: str, result: dict[str, Any]) -> Iterator[list[str]]:
                    "/".join(str(x // 1024) for x in r["peak_rss_kb"]), "-"]
             continue
         if name == "battery":
-            yield [name, f"{label}, {r['seconds']} s", str(sum(r["counts"].values())),
-                   str(len(r["expected_seen"])), "-", "-",
+            yield [name, f"{label}, {r['seconds']} s", f"{sum(r['counts'].values())} tests",
+                   f"{len(r['expected_seen'])} expected", "-", "-",
                    "0" if r["ok"] else f"FAILED: {len(r['unexpected'])} unexpected, "
                    f"{len(r['now_passing'])} now passing, {len(r['crashed'])} suites died",
                    "-", "-"]
