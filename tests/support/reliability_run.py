@@ -22,6 +22,9 @@ Scenarios (``python -m tests.support.reliability_run [SCENARIO ...]``, default a
 * ``descriptors`` — the one-mount descriptor model (:mod:`tests.support.descriptor_model`, the
   CI test's fast subset at 15 examples) at 400 examples of 60 steps (``--quick``: 40), while two
   writers rewrite other files of the same mount.
+* ``battery`` — CPython's own file-handling test suites with their files on a mount
+  (:mod:`tests.support.battery`; ``--quick``: the CI subset): exits 1 when a test fails that
+  ``tests/battery-expected.toml`` does not list under its SEMANTICS section, or a listed one passes.
 
 Big files (``--big-mib``, default 64; ``--quick``: 12 with ``--part-size 5M``; 0: none) are
 written through the same mounts at the same time, with the workloads and checks of
@@ -61,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from memfs.memory import MemoryHandler
+from tests.support import battery
 from tests.support.agents import (
     SoloAgent,
     Stats,
@@ -108,7 +112,7 @@ from tests.support.versions import Storm, sizes_for
 
 BUCKET = "memfs-reliability"
 REGION = "us-east-1"
-SCENARIOS = ("faults", "sweep", "load", "storm", "crash", "versions", "descriptors")
+SCENARIOS = ("faults", "sweep", "load", "storm", "crash", "versions", "descriptors", "battery")
 
 
 @dataclass(frozen=True)
@@ -600,6 +604,7 @@ RUNNERS: dict[str, Callable[[Lab, Options], dict[str, Any]]] = {
     "faults": scenario_faults, "sweep": scenario_sweep, "load": scenario_load,
     "storm": scenario_storm, "crash": scenario_crash, "versions": scenario_versions,
     "descriptors": scenario_descriptors,
+    "battery": lambda lab, opts: battery.scenario(lab, opts.quick),
 }
 
 
@@ -610,6 +615,13 @@ def _rows(name: str, result: dict[str, Any]) -> Iterator[list[str]]:
                    f"{sum(r['writes'].values())} writes", str(sum(r["errors"].values())), "-",
                    "-", f"{r['torn']} torn reads",
                    "/".join(str(x // 1024) for x in r["peak_rss_kb"]), "-"]
+            continue
+        if name == "battery":
+            yield [name, f"{label}, {r['seconds']} s", f"{sum(r['counts'].values())} tests",
+                   f"{len(r['expected_seen'])} expected", "-", "-",
+                   "0" if r["ok"] else f"FAILED: {len(r['unexpected'])} unexpected, "
+                   f"{len(r['now_passing'])} now passing, {len(r['crashed'])} suites died",
+                   "-", "-"]
             continue
         if name == "descriptors":
             yield [name, f"{label}, {r['examples']} examples", "-",
@@ -725,7 +737,8 @@ def main(argv: list[str] | None = None) -> int:
                                 "moto_500s_by_error": dict(lab.moto_errors.seen),
                                 "daemon_tracebacks": tracebacks}, indent=1, default=str))
     print(f"wrote {path}")
-    return 0
+    # The battery judges itself (an unexpected failure or pass); the other scenarios report.
+    return 0 if all(r["ok"] for r in results.get("battery", {}).values()) else 1
 
 
 if __name__ == "__main__":
