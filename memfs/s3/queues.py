@@ -67,10 +67,11 @@ def topic_region(topic_arn: str) -> str | None:
 
 
 def make_service_client(service: str, endpoint_url: str | None, region: str | None, *,
-                        read_timeout: float = 30.0, session: boto3.session.Session | None = None):
+                        read_timeout: float = 30.0, attempts: int = 3,
+                        session: boto3.session.Session | None = None):
     """A boto3 client for SQS or SNS with the settings of memfs's S3 client (bounded retries,
     the same credential chain). ``read_timeout`` must outlast a long poll."""
-    config = Config(retries={"mode": "standard", "total_max_attempts": 3},
+    config = Config(retries={"mode": "standard", "total_max_attempts": attempts},
                     connect_timeout=5.0, read_timeout=read_timeout, max_pool_connections=2)
     try:
         return (session or make_session()).client(
@@ -97,8 +98,13 @@ class QueueClient:
         self.wait_seconds = wait_seconds
         self.topic_arn = topic_arn
         session = session or make_session()
-        self._sqs = make_service_client("sqs", endpoint, region or url_region,
-                                        read_timeout=wait_seconds + 15.0, session=session)
+        self._sqs = make_service_client("sqs", endpoint, region or url_region, session=session)
+        # Receiving tries once: botocore's retries of a dead endpoint (up to 3 s of backoff)
+        # would keep the feed HEALTHY — and the mount trusting its long TTL — while nothing can
+        # arrive; the feed's own loop retries, and says DOWN at the first failure.
+        self._receiver = make_service_client("sqs", endpoint, region or url_region,
+                                             read_timeout=wait_seconds + 15.0, attempts=1,
+                                             session=session)
         self._sns = None
         if topic_arn:
             # On AWS the ARN's region picks the endpoint; a test server serves SNS beside SQS.
@@ -111,7 +117,7 @@ class QueueClient:
         """Long-poll the queue (``wait_seconds``; a short poll unless ``wait``): at most
         ``max_messages`` messages."""
         try:
-            resp = self._sqs.receive_message(QueueUrl=self.queue_url,
+            resp = self._receiver.receive_message(QueueUrl=self.queue_url,
                                              MaxNumberOfMessages=max_messages,
                                              WaitTimeSeconds=self.wait_seconds if wait else 0)
         except _ERRORS as exc:

@@ -6,6 +6,7 @@ between two feeds through a topic, and a queue deleted while consumed (DOWN) the
 from __future__ import annotations
 
 import json
+import socket
 
 import boto3
 import pytest
@@ -177,7 +178,7 @@ def test_a_short_poll_first_then_long_polls(sqs, feeds) -> None:
     client = QueueClient(url)
     assert client.wait_seconds == 20
     waits: list[int] = []
-    client._sqs.meta.events.register(
+    client._receiver.meta.events.register(
         "before-call.sqs.ReceiveMessage",
         lambda params, **_: waits.append(json.loads(params["body"])["WaitTimeSeconds"]))
     feed = SqsFeed(client, bucket=BUCKET, prefix="", sender="me")
@@ -187,6 +188,25 @@ def test_a_short_poll_first_then_long_polls(sqs, feeds) -> None:
     heard.wait_state(FeedState.HEALTHY)
     heard.wait(lambda h: len(waits) >= 2)
     assert waits[:2] == [0, 20]
+
+
+def test_a_dead_endpoint_makes_the_feed_down_at_its_first_failed_receive(feeds) -> None:
+    """Receiving is tried once: botocore's own retries (seconds of backoff) would keep the feed
+    HEALTHY, and the mount on its long TTL, while nothing can arrive. The feed's loop retries."""
+    with socket.socket() as unused:  # a port nobody listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    client = QueueClient(f"http://127.0.0.1:{port}/123456789012/gone")
+    attempts: list[int] = []
+    client._receiver.meta.events.register(
+        "before-send.sqs.ReceiveMessage", lambda **_: attempts.append(1))
+    feed = SqsFeed(client, bucket=BUCKET, prefix="", sender="me",
+                   backoff=Backoff(first=60.0, cap=60.0))  # one receive, then a long wait
+    heard = Heard()
+    feeds.append(feed)
+    feed.start(heard.on_change, heard.on_state)
+    heard.wait_state(FeedState.DOWN)
+    assert attempts == [1]
 
 
 def test_s3_to_eventbridge_to_sqs(s3, sqs, s3_reset, feeds) -> None:
