@@ -38,6 +38,7 @@ from collections import Counter
 import trio
 
 from memfs.events.change import Change, ChangeKind, Feed, FeedState, Producer
+from memfs.mount.doubleheard import DoubleHeard
 from memfs.mount.listings import ListingCache
 from memfs.mount.nodes import ROOT_INODE, Kind, Node
 from memfs.mount.pathtree import parent_of
@@ -78,6 +79,7 @@ class RemoteChanges(Part):
         self.max_lag = 0.0
         self._parked: dict[str, list[Change]] = {}
         self.pairs = RenamePairs(state)  # the watchers hear a rename's two halves as one
+        self.doubles = DoubleHeard()  # one change told by the bucket and by a mount
         state.announce.on_written = self._written
         state.reports["events"] = self.stats
 
@@ -157,8 +159,11 @@ class RemoteChanges(Part):
             if change.kind is ChangeKind.REMOVED and not is_dir:
                 self.pairs.known_removal(path)  # no news, but perhaps a rename's half
             return
-        self._forget(path, is_dir, change.kind)
-        self.counts["applied"] += 1
+        if self.doubles.second_word(path, change):  # (a removal, without ETag, never is)
+            self.counts["told_twice"] += 1  # its fetch after the first word stands
+        else:
+            self._forget(path, is_dir, change.kind)
+            self.counts["applied"] += 1
         source = self.path_of(change.source) if change.source is not None else None
         self.pairs.heard(change, path, is_dir, source[0] if source and not source[1] else None)
 

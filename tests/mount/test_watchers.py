@@ -238,7 +238,6 @@ def test_inotifywait_on_b_hears_a_create_modify_and_delete_of_30_files(
                 n.name: 1 for n in names}, event
     finally:
         watcher.close()
-        Path("/tmp/h46dbg.txt").write_text(mount_factory.log(b))
 
 
 def test_another_users_watch_on_an_allow_other_mount_hears_remote_changes(
