@@ -35,7 +35,8 @@ def register(sub: Any) -> None:
     option(p, "--queue", help="the mount's SQS queue name (default memfs-BUCKET-HOSTNAME)")
     option(p, "--topic", help="the bucket's SNS topic name (default memfs-BUCKET)")
     p.add_argument("--announce", action="store_true", help="setup: the mount also announces "
-                   "its own changes to the topic (only where the bucket does not notify)")
+                   "its own changes to the topic (other mounts' watchers then hear a rename as "
+                   "one move; each change is heard twice)")
     p.add_argument("--all", action="store_true", dest="everything", help="teardown: also "
                    "remove the bucket's notification entry and the topic (every mount's events)")
     option(p, "--amqp", metavar="SPEC", help="work on this RabbitMQ exchange instead "
