@@ -8,7 +8,6 @@ attributes share one request (``CoreState.flights``).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import stat
@@ -17,7 +16,6 @@ import time
 from memfs import protocol
 from memfs.countedlog import CountedWarning
 from memfs.events.change import ChangeKind
-from memfs.mount.handles import OpenFile
 from memfs.mount.hiddenkeys import HiddenKeys
 from memfs.mount.listings import ListingCache
 from memfs.mount.nodes import (
@@ -368,19 +366,12 @@ class Namespace(Part):
             node = await self.existing(parent, text)
             if node.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
-            async with contextlib.AsyncExitStack() as uploads:
-                # Trap: FUSE sends RELEASE after close(2) has returned, so an upload at release
-                # (or another descriptor's close, a transaction's commit) may be in flight now.
-                # Sent under it, the DELETE could land first: the PUT then made an object no name
-                # shows (a new file's, If-None-Match) or lost its If-Match and left a conflict
-                # copy of a removed file. So wait for every upload of the file and hold them off
-                # until the name is gone (``Uploader.flush`` then finds it detached).
-                held: list[OpenFile] = []
-                while waiting := [of for of in self.handles.states_of(node)
-                                  if of not in held]:  # (one opened while we waited too)
-                    for state in waiting:
-                        held.append(state)
-                        await uploads.enter_async_context(state.lock)
+            # Trap: FUSE sends RELEASE after close(2) has returned, so an upload at release (or
+            # another descriptor's close, a transaction's commit) may be in flight now. Sent
+            # under it, the DELETE could land first: the PUT then made an object no name shows
+            # (a new file's: its DELETE was skipped as never uploaded) or lost its If-Match and
+            # left a conflict copy of a removed file. So the removal waits for them.
+            async with self.handles.uploads_held(node):
                 of = self.handles.shared.get(node.inode)
                 if of is None or not of.is_new:  # a file never uploaded has nothing in S3
                     await self.state.settled(node.path)
