@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
@@ -58,31 +59,56 @@ class GatedStore(MemoryStore):
         self.deleted.set()
 
 
-def make_core(store: MemoryStore) -> MemFSCore:
-    return MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=60.0))
+def gated_core(**files: bytes) -> tuple[MemFSCore, GatedStore]:
+    """A core on a gated store that holds ``files`` (name: bytes)."""
+    store = GatedStore()
+    for name, data in files.items():
+        store.put(name, data, {})
+    return MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=60.0)), store
+
+
+async def existing(core: MemFSCore, name: str) -> Node:
+    node = await core.lookup(ROOT_INODE, name)
+    assert node is not None
+    return node
+
+
+async def rewritten(core: MemFSCore, node: Node, data: bytes) -> int:
+    """A handle that has truncated ``node`` and written ``data``, not uploaded yet."""
+    opened = await core.open(node.inode, os.O_WRONLY | os.O_TRUNC, ME)
+    await core.write(opened.fh, 0, data)
+    return opened.fh
+
+
+async def one_under_the_other(core: MemFSCore, store: GatedStore, node: Node,
+                              first: Callable[[], Awaitable[object]],
+                              second: Callable[[], Awaitable[object]]) -> None:
+    """Run ``first`` until its request arrives at the store's gate, then ``second``; open the
+    gate once ``second`` has finished, or made a DELETE, or waits for an upload of ``node``."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first)
+        await trio.to_thread.run_sync(store.arrived.wait)
+        done = trio.Event()
+
+        async def then() -> None:
+            await second()
+            done.set()
+
+        nursery.start_soon(then)
+        while not (done.is_set() or store.deleted.is_set()
+                   or any(of.lock.statistics().tasks_waiting
+                          for of in core.handles.states_of(node))):
+            await trio.testing.wait_all_tasks_blocked()
+            await trio.sleep(0.001)  # a request runs in a worker thread
+        store.gate.set()
 
 
 async def unlink_under_the_upload(core: MemFSCore, store: GatedStore, node: Node,
                                   fh: int) -> None:
-    """Release ``fh`` (its upload held at the gate), unlink the file meanwhile, and open the
-    gate once the unlink has either sent its DELETE or is waiting for the upload."""
+    """Release ``fh`` (its upload held at the gate) and unlink the file meanwhile."""
     store.held = ("PUT", "f")
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(core.release, fh)
-        await trio.to_thread.run_sync(store.arrived.wait)
-        unlinked = trio.Event()
-
-        async def unlink() -> None:
-            await core.unlink(ROOT_INODE, "f")
-            unlinked.set()
-
-        nursery.start_soon(unlink)
-        states = core.handles.states_of(node)
-        while not (store.deleted.is_set() or unlinked.is_set()
-                   or any(of.lock.statistics().tasks_waiting for of in states)):
-            await trio.testing.wait_all_tasks_blocked()
-            await trio.sleep(0.001)  # a DELETE runs in a worker thread
-        store.gate.set()
+    await one_under_the_other(core, store, node, lambda: core.release(fh),
+                              lambda: core.unlink(ROOT_INODE, "f"))
 
 
 def left_in_s3(store: MemoryStore) -> list[str]:
@@ -90,8 +116,7 @@ def left_in_s3(store: MemoryStore) -> list[str]:
 
 
 def test_a_new_file_unlinked_while_its_first_upload_is_in_flight_leaves_nothing() -> None:
-    store = GatedStore()
-    core = make_core(store)
+    core, store = gated_core()
 
     async def main() -> None:
         opened, node = await core.create(ROOT_INODE, "f", 0o644, os.O_WRONLY, ME)
@@ -105,16 +130,11 @@ def test_a_new_file_unlinked_while_its_first_upload_is_in_flight_leaves_nothing(
 
 
 def test_a_file_unlinked_while_its_upload_is_in_flight_leaves_no_object_or_conflict() -> None:
-    store = GatedStore()
-    store.put("f", b"the version S3 holds", {})
-    core = make_core(store)
+    core, store = gated_core(f=b"the version S3 holds")
 
     async def main() -> None:
-        node = await core.lookup(ROOT_INODE, "f")
-        assert node is not None
-        opened = await core.open(node.inode, os.O_WRONLY | os.O_TRUNC, ME)
-        await core.write(opened.fh, 0, b"rewritten")
-        await unlink_under_the_upload(core, store, node, opened.fh)
+        node = await existing(core, "f")
+        await unlink_under_the_upload(core, store, node, await rewritten(core, node, b"new"))
         assert left_in_s3(store) == [], f"left in S3: {left_in_s3(store)}"
         assert not any(k.startswith(CONFLICT_DIR) for k in store.objects)
         assert await core.lookup(ROOT_INODE, "f") is None
@@ -124,33 +144,14 @@ def test_a_file_unlinked_while_its_upload_is_in_flight_leaves_no_object_or_confl
 
 
 def test_a_file_replaced_by_a_rename_while_its_upload_is_in_flight_stays_replaced() -> None:
-    store = GatedStore()
-    store.put("f", b"the file renamed over it", {})
-    store.put("g", b"the version S3 holds", {})
-    core = make_core(store)
+    core, store = gated_core(f=b"the file renamed over it", g=b"the version S3 holds")
 
     async def main() -> None:
-        dst = await core.lookup(ROOT_INODE, "g")
-        assert dst is not None and await core.lookup(ROOT_INODE, "f") is not None
-        opened = await core.open(dst.inode, os.O_WRONLY | os.O_TRUNC, ME)
-        await core.write(opened.fh, 0, b"rewritten, then replaced")
+        dst = await existing(core, "g")
+        fh = await rewritten(core, dst, b"rewritten, then replaced")
         store.held = ("PUT", "g")
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(core.release, opened.fh)
-            await trio.to_thread.run_sync(store.arrived.wait)
-            renamed = trio.Event()
-
-            async def rename() -> None:
-                await core.rename(ROOT_INODE, "f", ROOT_INODE, "g", 0)
-                renamed.set()
-
-            nursery.start_soon(rename)
-            states = core.handles.states_of(dst)
-            while not (renamed.is_set()
-                       or any(of.lock.statistics().tasks_waiting for of in states)):
-                await trio.testing.wait_all_tasks_blocked()
-                await trio.sleep(0.001)  # a COPY runs in a worker thread
-            store.gate.set()
+        await one_under_the_other(core, store, dst, lambda: core.release(fh),
+                                  lambda: core.rename(ROOT_INODE, "f", ROOT_INODE, "g", 0))
         assert left_in_s3(store) == ["g"], f"left in S3: {left_in_s3(store)}"
         assert store.objects["g"][0] == b"the file renamed over it"
         node = await core.lookup(ROOT_INODE, "g")
@@ -164,34 +165,22 @@ def test_a_file_replaced_by_a_rename_while_its_upload_is_in_flight_stays_replace
 
 
 def test_a_close_during_a_rename_uploads_to_the_new_name_after_it() -> None:
-    store = GatedStore()
-    store.put("f", b"before", {})
-    core = make_core(store)
+    core, store = gated_core(f=b"before")
 
     async def main() -> None:
-        node = await core.lookup(ROOT_INODE, "f")
-        assert node is not None
+        node = await existing(core, "f")
         opened = await core.open(node.inode, os.O_RDWR, ME)
         assert await core.read(opened.fh, 0, 100) == b"before"
         store.held = ("DELETE", "f")  # the rename's COPY is made, its DELETE waits
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(core.rename, ROOT_INODE, "f", ROOT_INODE, "g", 0)
-            await trio.to_thread.run_sync(store.arrived.wait)
-            closed = trio.Event()
 
-            async def write_and_close() -> None:
-                await core.write(opened.fh, 0, b"written during the rename")
-                await core.flush(opened.fh)
-                await core.release(opened.fh)
-                closed.set()
+        async def write_and_close() -> None:
+            await core.write(opened.fh, 0, b"written during the rename")
+            await core.flush(opened.fh)
+            await core.release(opened.fh)
 
-            nursery.start_soon(write_and_close)
-            while not (closed.is_set() or node.path == "g"
-                       or any(of.lock.statistics().tasks_waiting
-                              for of in core.handles.states_of(node))):
-                await trio.testing.wait_all_tasks_blocked()
-                await trio.sleep(0.001)
-            store.gate.set()
+        await one_under_the_other(
+            core, store, node, lambda: core.rename(ROOT_INODE, "f", ROOT_INODE, "g", 0),
+            write_and_close)
         # The write acknowledged by close() is in S3, at the name the file has now.
         assert left_in_s3(store) == ["g"], f"left in S3: {left_in_s3(store)}"
         assert store.objects["g"][0] == b"written during the rename"
