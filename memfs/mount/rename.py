@@ -108,8 +108,10 @@ class Renames(Part):
                     raise fail(errno.ENOTEMPTY)
                 dst_unshown = emptied.unshown > 0
             self.state.check_key(dst_path, directory=True)
-            await self._rename_dir(src, src_parent, dst_parent, dst_path, dst, dst_unshown)
-            self._moved(src, src_parent, dst_parent, dst_path)
+            # Uploads of files below wait until they have moved (``_rename_a_file``).
+            async with self.handles.holding(lambda: self.state.open_below(src.path)):
+                await self._rename_dir(src, src_parent, dst_parent, dst_path, dst, dst_unshown)
+                self._moved(src, src_parent, dst_parent, dst_path)
         else:
             if dst is not None and dst.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
@@ -327,9 +329,8 @@ class Renames(Part):
         name"). An empty directory replaced goes as ``rmdir`` would, with the file it hid and the
         keys under it no entry shows."""
         for of in self.state.open_below(src.path):  # changes S3 has not seen: first
-            if of.dirty or of.is_new:
-                async with of.lock:
-                    await self.uploader.upload(of)
+            if of.dirty or of.is_new:  # (the caller holds their uploads)
+                await self.uploader.upload(of)
         keys = await self._keys_to_move(src)
         hidden = await self.hidden.take_shadowed(src_parent, src.name())
         if dst is not None:

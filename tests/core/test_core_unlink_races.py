@@ -187,3 +187,22 @@ def test_a_close_during_a_rename_uploads_to_the_new_name_after_it() -> None:
         core.check_invariants()
 
     trio.run(main)
+
+
+
+def test_a_file_below_a_renamed_directory_uploads_at_its_new_name_after_the_rename() -> None:
+    core, store = gated_core(**{"d/f": b"before"})
+
+    async def main() -> None:
+        d = await existing(core, "d")
+        node = await core.lookup(d.inode, "f")
+        assert node is not None
+        fh = await rewritten(core, node, b"written before the rename")
+        store.held = ("PUT", "d/f")
+        await one_under_the_other(core, store, node, lambda: core.release(fh),
+                                  lambda: core.rename(ROOT_INODE, "d", ROOT_INODE, "e", 0))
+        assert [k for k in left_in_s3(store) if not k.endswith("/")] == ["e/f"], \
+            f"left in S3: {left_in_s3(store)}"
+        assert store.objects["e/f"][0] == b"written before the rename"
+
+    trio.run(main)
