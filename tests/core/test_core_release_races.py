@@ -1,14 +1,15 @@
-"""No object survives its name's removal (docs/SEMANTICS.md, "Unlink while an upload is in
-flight"), in the core alone, on the in-memory store with its PUT held at a gate.
+"""Requests racing the kernel's RELEASE, in the core alone, on the in-memory store with one request
+held at a gate (docs/SEMANTICS.md, "Open files and POSIX").
 
 FUSE sends RELEASE after close(2) has returned (only FLUSH is waited for), so a state's upload at
 release (a truncation deferred at close, a descriptor a child still held) can still be in flight
-when the next unlink arrives. The unlink used to skip the DELETE of a file whose first upload had
+when the next command arrives. An unlink used to skip the DELETE of a file whose first upload had
 not answered yet (it looked never uploaded), so that upload then created an object no name showed
-(the battery's ENOTEMPTY at rmtree, test_mailbox); for a file S3 held, it sent the DELETE under
-the PUT, which then lost its If-Match and left a conflict copy of a file the user had removed
-(and on an endpoint whose condition check is not atomic with the write, moto's server, brought the
-object back). The unlink now waits for the upload and then removes what it wrote.
+(the symptom of the battery's ENOTEMPTY at rmtree in test_mailbox); for a file S3 held, it sent the DELETE under
+the PUT, which then lost its If-Match and left a conflict copy of a file the user had removed.
+Renames had the same orders (the file moved, the file replaced, files below a directory). A
+truncate(2) by path that reached the state after the release had flushed was never uploaded, and
+an open that joined the state during its release upload was left out of the shared table.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import trio.testing
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import ROOT_INODE, Node
+from memfs.mount.state import AttrChange
 from memfs.protocol import CONFLICT_DIR
 from memfs.s3.objectmeta import ObjectInfo
 from tests.core.test_core_big_dirs import ME
@@ -204,5 +206,50 @@ def test_a_file_below_a_renamed_directory_uploads_at_its_new_name_after_the_rena
         assert [k for k in left_in_s3(store) if not k.endswith("/")] == ["e/f"], \
             f"left in S3: {left_in_s3(store)}"
         assert store.objects["e/f"][0] == b"written before the rename"
+
+    trio.run(main)
+
+
+def test_a_truncate_by_path_during_the_last_release_reaches_s3() -> None:
+    core, store = gated_core(f=b"0123456789abcdef")
+
+    async def main() -> None:
+        node = await existing(core, "f")
+        opened = await core.open(node.inode, os.O_RDWR, ME)
+        await core.write(opened.fh, 0, b"XY")
+        await core.flush(opened.fh)  # close(2) returns; its RELEASE and a truncate(2) follow
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(core.release, opened.fh)
+            nursery.start_soon(core.setattr, node.inode, AttrChange(size=4), None)
+        assert store.objects["f"][0] == b"XY23"
+        assert node.size == 4
+        core.check_invariants()
+
+    trio.run(main)
+
+
+def test_an_open_during_the_last_release_keeps_the_state_every_descriptor_shares() -> None:
+    core, store = gated_core(f=b"before")
+
+    async def main() -> None:
+        node = await existing(core, "f")
+        fh = await rewritten(core, node, b"uploaded at release")
+        store.held = ("PUT", "f")
+        joined: list[int] = []
+
+        async def open_meanwhile() -> None:
+            joined.append((await core.open(node.inode, os.O_RDWR, ME)).fh)
+
+        await one_under_the_other(core, store, node, lambda: core.release(fh), open_meanwhile)
+        later = await core.open(node.inode, os.O_RDONLY, ME)
+        assert core.handles.files[later.fh] is core.handles.files[joined[0]]
+        await core.write(joined[0], 0, b"UPLOADED")
+        assert await core.read(later.fh, 0, 100) == b"UPLOADED at release"
+        for each in (joined[0], later.fh):
+            await core.flush(each)
+            await core.release(each)
+        assert store.objects["f"][0] == b"UPLOADED at release"
+        assert not any(k.startswith(CONFLICT_DIR) for k in store.objects)
+        core.check_invariants()
 
     trio.run(main)
