@@ -4,12 +4,15 @@ held at a gate (docs/SEMANTICS.md, "Open files and POSIX").
 FUSE sends RELEASE after close(2) has returned (only FLUSH is waited for), so a state's upload at
 release (a truncation deferred at close, a descriptor a child still held) can still be in flight
 when the next command arrives. An unlink used to skip the DELETE of a file whose first upload had
-not answered yet (it looked never uploaded), so that upload then created an object no name showed
-(the symptom of the battery's ENOTEMPTY at rmtree in test_mailbox); for a file S3 held, it sent the DELETE under
-the PUT, which then lost its If-Match and left a conflict copy of a file the user had removed.
-Renames had the same orders (the file moved, the file replaced, files below a directory). A
-truncate(2) by path that reached the state after the release had flushed was never uploaded, and
-an open that joined the state during its release upload was left out of the shared table.
+not answered yet (it looked never uploaded), so that upload then created an object no name
+showed (the symptom of the battery's ENOTEMPTY at rmtree in test_mailbox); for a file S3 held,
+it sent the DELETE under the PUT, which then lost its If-Match and left a conflict copy of a file
+the user had removed (on moto's server, whose If-Match check is not atomic with the write, it
+could bring the object back). Renames had the same orders (the file moved, the file replaced,
+files below a directory). A truncate(2) by path that reached the state after the release had
+flushed was never uploaded, and an open that joined the state while its last release ran was
+left out of the shared table: the next O_TRUNC open (mailbox.MH's set_sequences) made a second
+state, whose truncation was then uploaded at its own release, after the other's upload.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import trio.testing
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import ROOT_INODE, Node
-from memfs.mount.state import AttrChange
+from memfs.mount.state import AttrChange, Kernel
 from memfs.protocol import CONFLICT_DIR
 from memfs.s3.objectmeta import ObjectInfo
 from tests.core.test_core_big_dirs import ME
@@ -250,6 +253,52 @@ def test_an_open_during_the_last_release_keeps_the_state_every_descriptor_shares
             await core.release(each)
         assert store.objects["f"][0] == b"UPLOADED at release"
         assert not any(k.startswith(CONFLICT_DIR) for k in store.objects)
+        core.check_invariants()
+
+    trio.run(main)
+
+
+class Holding(Kernel):
+    """A kernel whose processes all still hold the file (``DataPath.flush`` defers a
+    truncation-only close while its opener does)."""
+
+    def holds_file(self, pid: int, inode: int) -> bool:
+        return True
+
+
+def test_mailbox_mh_set_sequences_after_a_read_keeps_one_state_and_no_conflict() -> None:
+    """Python's mailbox.MH: read .mh_sequences and close it, then (while that RELEASE is still
+    under way) open it 'r+', ``os.close(os.open(path, O_WRONLY | O_TRUNC))``, write, fsync,
+    close; later the O_TRUNC descriptor's RELEASE, and the unlink of tearDown."""
+    store = GatedStore()
+    store.put("f", b"unseen: 1\n", {})
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=60.0),
+                     kernel=Holding())
+
+    async def main() -> None:
+        node = await existing(core, "f")
+        reader = await core.open(node.inode, os.O_RDONLY, ME)
+        assert await core.read(reader.fh, 0, 100) == b"unseen: 1\n"
+        await core.flush(reader.fh)
+        rw: list[int] = []
+
+        async def open_rw() -> None:
+            rw.append((await core.open(node.inode, os.O_RDWR, ME)).fh)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(core.release, reader.fh)
+            nursery.start_soon(open_rw)
+        trunc = await core.open(node.inode, os.O_WRONLY | os.O_TRUNC, ME)
+        await core.flush(trunc.fh)  # deferred: the process still holds the file ('r+')
+        await core.write(rw[0], 0, b"flagged: 2\n")
+        await core.fsync(rw[0], False)
+        await core.flush(rw[0])
+        await core.release(rw[0])
+        await core.release(trunc.fh)  # nothing left to upload: one state, uploaded at fsync
+        assert store.objects["f"][0] == b"flagged: 2\n"
+        assert not any(k.startswith(CONFLICT_DIR) for k in store.objects), left_in_s3(store)
+        await core.unlink(ROOT_INODE, "f")
+        assert left_in_s3(store) == []
         core.check_invariants()
 
     trio.run(main)
