@@ -165,6 +165,10 @@ class DataPath(Part):
             if of.handles == 0 and self.handles.shared.get(node.inode) is of:
                 self.handles.shared.pop(node.inode, None)
             raise
+        if node.inode not in self.handles.shared:
+            # The last release of the state ended while this open waited for its lock (its
+            # upload): the state lives on with this descriptor, and later opens join it.
+            self.handles.shared[node.inode] = of
         opened = self._new_handle(of, ctx, writing=writing, append=append)
         if truncate and of.truncation_only:
             of.truncated_by = opened.fh
@@ -402,7 +406,8 @@ class DataPath(Part):
             # The kernel discards release errors; flush already reported this one to close().
             log.warning("upload of %s at release failed: %s", of.node.path, exc)
         finally:
-            if self.handles.shared.get(of.node.inode) is of:
+            # (Unless an open joined it while it uploaded: that descriptor's release ends it.)
+            if of.handles == 0 and self.handles.shared.get(of.node.inode) is of:
                 del self.handles.shared[of.node.inode]
             self.state.settle(of.node)
 
@@ -444,4 +449,9 @@ class DataPath(Part):
                 of.meta_dirty = True  # goes up with the next flush
             else:
                 await self.uploader.write_metadata(node)
+        if of is not None and of.handles == 0 and (of.dirty or of.meta_dirty):
+            # Trap: a change by path to a state whose last descriptor's RELEASE (asynchronous to
+            # close) is under way: that release may have flushed already, and no close is left
+            # to upload it (a truncate(2) right after close was lost).
+            await self.uploader.flush(of, commit=False)
         return node

@@ -14,7 +14,8 @@ state (load, upload, truncate); see docs/INTERNALS.md for the lock order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
 import trio
@@ -254,6 +255,26 @@ class HandleTable:
         if shared is not None and shared.node is node and shared not in found:
             found.append(shared)
         return found
+
+    def uploads_held(self, node: Node) -> AbstractAsyncContextManager[None]:
+        """Wait for every upload of ``node`` in flight (its open states' locks) and hold off
+        new ones until the block ends: a name's removal (unlink, a rename of it or over it)
+        runs inside, so no PUT it did not wait for lands after its DELETE (an upload starting
+        after finds the node detached, ``Uploader.flush``, or moved)."""
+        return self.holding(lambda: self.states_of(node))
+
+    @asynccontextmanager
+    async def holding(self, states: Callable[[], list[OpenFile]]) -> AsyncIterator[None]:
+        """Hold the locks of ``states()``, a state opened while we waited for one too (see
+        ``uploads_held``). Caller holds the namespace claim (claims come before
+        ``OpenFile.lock``); no other path holds two of these locks at once."""
+        async with AsyncExitStack() as held_locks:
+            held: list[OpenFile] = []
+            while waiting := [of for of in states() if of not in held]:
+                for of in waiting:
+                    held.append(of)
+                    await held_locks.enter_async_context(of.lock)
+            yield
 
     def caller_handle(self, inode: int, tid: int, group: Callable[[], int]) -> int | None:
         """The caller's latest handle on ``inode``: opened by its thread ``tid`` if there is

@@ -366,12 +366,19 @@ class Namespace(Part):
             node = await self.existing(parent, text)
             if node.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
-            of = self.handles.shared.get(node.inode)
-            if of is None or not of.is_new:  # a file never uploaded has nothing in S3
-                await self.state.settled(node.path)
-                await self.state.s3(self.store.delete, node.path)
-                self.state.usage.removed(of.remote_size if of else node.size)
-            self.inodes.detach(node.path)
+            # Trap: FUSE sends RELEASE after close(2) has returned, so an upload at release (or
+            # another descriptor's close, a transaction's commit) may be in flight now. Sent
+            # under it, the DELETE could land first: the PUT then made an object no name shows
+            # (a new file's: its DELETE was skipped as never uploaded) or lost its If-Match and
+            # left a conflict copy of a removed file. So the removal waits for them.
+            async with self.handles.uploads_held(node):
+                of = self.handles.shared.get(node.inode)
+                if of is None or not of.is_new:  # a file never uploaded has nothing in S3
+                    await self.state.settled(node.path)
+                    await self.state.s3(self.store.delete, node.path)
+                    self.state.usage.removed(of.remote_size if of else node.size)
+                if not node.detached:  # (an upload that lost its race to a delete detached it)
+                    self.inodes.detach(node.path)
             self.listings.remove(parent.path, text)
             self.content.discard(node.path)
             await self.keep_directory(parent)

@@ -108,27 +108,41 @@ class Renames(Part):
                     raise fail(errno.ENOTEMPTY)
                 dst_unshown = emptied.unshown > 0
             self.state.check_key(dst_path, directory=True)
-            await self._rename_dir(src, src_parent, dst_parent, dst_path, dst, dst_unshown)
+            # Uploads of files below wait until they have moved (``_rename_a_file``).
+            async with self.handles.holding(lambda: self.state.open_below(src.path)):
+                await self._rename_dir(src, src_parent, dst_parent, dst_path, dst, dst_unshown)
+                self._moved(src, src_parent, dst_parent, dst_path)
         else:
             if dst is not None and dst.kind is Kind.DIR:
                 raise fail(errno.EISDIR)
             self.state.check_key(dst_path)
-            await self._upload_before_move(src)  # (once, for every way below)
-            if self.handles.unsent(src):
-                # A transaction's new file: S3 holds nothing to copy (the COPY failed ENOENT,
-                # or the deferred one logged a false "S3 keeps the source", seventeenth hostile
-                # review, F58). Only its name moves (what it replaces goes); fsync uploads there.
-                if dst is not None:
-                    await self.state.s3(self.store.delete, dst.path)
-            elif dst is None and src_parent is not dst_parent and self.state.nursery is not None:
-                await self._defer_move(src, src_parent, dst_parent, dst_path)
-                return
-            else:
-                await self._rename_file(src, dst_path, replacing=dst is not None)
-            if dst is not None:
-                self.state.usage.removed(dst.size)
-        self._moved(src, src_parent, dst_parent, dst_path)
+            if await self._rename_a_file(src, src_parent, dst_parent, dst_path, dst):
+                return  # S3 follows in the background, which keeps the source directory
         await self.namespace.keep_directory(src_parent)
+
+    async def _rename_a_file(self, src: Node, src_parent: Node, dst_parent: Node, dst_path: str,
+                             dst: Node | None) -> bool:
+        """Rename file ``src`` (replacing file ``dst``); True when S3's side is deferred.
+
+        Uploads of either file (a close on another descriptor, one at RELEASE, which is
+        asynchronous to close) wait until the names have moved. Landing between the COPY and
+        the DELETE, a write of ``src`` that close() had acknowledged was deleted with the old
+        name; after the COPY, an upload of the file replaced lost its If-Match and left a
+        conflict copy of a file rename(2) removed."""
+        async with self.handles.uploads_held(src):
+            await self._upload_before_move(src)  # (once, for every way below)
+            if dst is None:
+                if (not self.handles.unsent(src) and src_parent is not dst_parent
+                        and self.state.nursery is not None):
+                    await self._defer_move(src, src_parent, dst_parent, dst_path)
+                    return True
+                await self._move_file(src, dst_path, None)
+            else:
+                async with self.handles.uploads_held(dst):
+                    await self._move_file(src, dst_path, dst)
+                self.state.usage.removed(dst.size)
+            self._moved(src, src_parent, dst_parent, dst_path)  # (before the uploads resume)
+        return False
 
     def _moved(self, src: Node, src_parent: Node, dst_parent: Node, dst_path: str) -> None:
         """The namespace follows a rename of ``src`` to ``dst_path``."""
@@ -207,12 +221,22 @@ class Renames(Part):
                 self.state.kernel.forget_entry(parent.inode, name)
 
     async def _upload_before_move(self, src: Node) -> None:
-        """Upload what a writer of ``src`` holds, so the move takes it, not an older version."""
+        """Upload what a writer of ``src`` holds, so the move takes it, not an older version.
+        Caller holds its uploads (``HandleTable.uploads_held``)."""
         of = self.handles.shared.get(src.inode)
-        if of is not None:
-            async with of.lock:
-                if of.is_new or of.dirty:
-                    await self.uploader.upload(of)
+        if of is not None and (of.is_new or of.dirty):
+            await self.uploader.upload(of)
+
+    async def _move_file(self, src: Node, dst_path: str, dst: Node | None) -> None:
+        """S3's side of a file rename done now (not deferred), replacing ``dst`` if given."""
+        if self.handles.unsent(src):
+            # A transaction's new file: S3 holds nothing to copy (the COPY failed ENOENT, or
+            # the deferred one logged a false "S3 keeps the source", seventeenth hostile
+            # review, F58). Only its name moves (what it replaces goes); fsync uploads there.
+            if dst is not None:
+                await self.state.s3(self.store.delete, dst.path)
+            return
+        await self._rename_file(src, dst_path, replacing=dst is not None)
 
     async def _rename_file(self, src: Node, dst_path: str, *, replacing: bool) -> None:
         """COPY to the new key, then DELETE the old one (S3 has no rename); the caller has
@@ -305,9 +329,8 @@ class Renames(Part):
         name"). An empty directory replaced goes as ``rmdir`` would, with the file it hid and the
         keys under it no entry shows."""
         for of in self.state.open_below(src.path):  # changes S3 has not seen: first
-            if of.dirty or of.is_new:
-                async with of.lock:
-                    await self.uploader.upload(of)
+            if of.dirty or of.is_new:  # (the caller holds their uploads)
+                await self.uploader.upload(of)
         keys = await self._keys_to_move(src)
         hidden = await self.hidden.take_shadowed(src_parent, src.name())
         if dst is not None:
