@@ -6,7 +6,9 @@ event here only makes the mount forget — the cached metadata of the path, the 
 directory that holds it, the kernel's attributes, pages and dentry (``Kernel.forget_inode``,
 ``forget_entry``) — and the next access asks S3. Nothing of an event's content (size, ETag as the
 new version) is ever installed, and its order is never trusted: a duplicate, a reordering or a
-late event costs at most a request; a lost one costs at most a TTL.
+late event costs at most a request; a lost one costs at most a TTL. A change of one file right
+in a listed directory makes only its name doubtful there (``_doubt_one``, ``memfs.mount.doubts``:
+its next lookup is a HEAD, the other names still answer from the listing).
 
 What is skipped: keys outside the mount's prefix and keys no entry shows (``valid_name``, the
 endpoint probe's keys); this mount's own announcements (by sender id); and what the mount
