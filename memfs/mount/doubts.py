@@ -93,6 +93,9 @@ class DoubtfulNames(Part):
         if self.partly_fresh(parent) is not listing:
             return UNSETTLED  # expired whole meanwhile (a change deeper down, ...)
         if self.state.heard.get(path, 0.0) < started:
+            if (listing.kind_of(name) is None) != (info is None):  # an entry came or went
+                parent.mtime = parent.ctime = now  # (as a re-LIST would: ``_touch_dir``)
+                self.state.kernel.forget_attrs(parent.inode)
             listing.apply(name, None if info is None else ObjectInfo(info.size, info.etag,
                                                                      info.mtime))
             listing.settle(name)

@@ -94,8 +94,11 @@ def test_a_removal_heard_costs_a_head() -> None:
         store.delete("d/f03")
         feed.deliver()
         store.calls.clear()
-        assert await b.lookup((await drv.walk("d")).inode, "f03") is None
+        d = await drv.walk("d")
+        before = d.mtime
+        assert await b.lookup(d.inode, "f03") is None
         assert store.calls["HEAD"] == 1 and store.calls["LIST"] == 0
+        assert d.mtime > before  # an entry went: the directory changed, as a re-LIST shows
         assert "f03" not in await drv.listdir("d")
         assert store.calls["LIST"] == 0  # settled: the listing answers the readdir
 
