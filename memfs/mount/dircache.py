@@ -56,6 +56,12 @@ class DirCache:
     unshown: int = 0
     # What readdir handles of this listing spent on their entries' metadata (shared by them).
     budget: ReadBudget = field(default_factory=ReadBudget)
+    # Names a change heard from elsewhere made doubtful (``memfs.mount.hints``), when only
+    # they are: the listing is expired (``fetched_at`` 0) for every caller but a lookup, which
+    # answers any other name from it as of ``kept_at`` and asks S3 about a doubtful one alone
+    # (``ListingCache.resolve``). ``kept_at`` 0: no such partial answer (expired as a whole).
+    kept_at: float = 0.0
+    doubtful: set[str] = field(default_factory=set)
     # ``names()``, once asked for, kept in step with every change (``apply``, ``discard``).
     _sorted: SortedNames | None = field(default=None, repr=False, compare=False)
 
@@ -68,6 +74,29 @@ class DirCache:
         if self._sorted is None:
             self._sorted = SortedNames.of(self.dirs | self.files.keys())
         return self._sorted
+
+    def doubt(self, name: str, fresh: bool) -> None:
+        """A change of the file ``name`` was heard elsewhere: only that name is in doubt while
+        the listing was ``fresh`` (or only names were already); else it expires whole."""
+        if not (fresh or self.kept_at):
+            self.expire()
+            return
+        if not self.kept_at:
+            self.kept_at = self.fetched_at
+        self.fetched_at = 0.0
+        self.doubtful.add(name)
+
+    def settle(self, name: str) -> None:
+        """S3 answered for a doubtful ``name`` (its answer applied): once no name is in doubt
+        the listing answers everything again, as of when it was kept."""
+        self.doubtful.discard(name)
+        if not self.doubtful and self.kept_at:
+            self.fetched_at, self.kept_at = self.kept_at, 0.0
+
+    def expire(self, at: float = 0.0) -> None:
+        """No longer answers any name (re-listed when next needed)."""
+        self.fetched_at, self.kept_at = at, 0.0
+        self.doubtful.clear()
 
     def is_empty(self) -> bool:
         return not self.dirs and not self.files

@@ -6,7 +6,9 @@ event here only makes the mount forget — the cached metadata of the path, the 
 directory that holds it, the kernel's attributes, pages and dentry (``Kernel.forget_inode``,
 ``forget_entry``) — and the next access asks S3. Nothing of an event's content (size, ETag as the
 new version) is ever installed, and its order is never trusted: a duplicate, a reordering or a
-late event costs at most a request; a lost one costs at most a TTL.
+late event costs at most a request; a lost one costs at most a TTL. A change of one file right
+in a listed directory makes only its name doubtful there (``_doubt_one``, ``memfs.mount.doubts``:
+its next lookup is a HEAD, the other names still answer from the listing).
 
 What is skipped: keys outside the mount's prefix and keys no entry shows (``valid_name``, the
 endpoint probe's keys); this mount's own announcements (by sender id); and what the mount
@@ -56,6 +58,9 @@ HEARD_KEEP_S = 300.0
 HEARD_KEPT = 10_000
 #: Events held back per path while this mount writes it (more are duplicates or churn).
 PARKED_PER_PATH = 16
+#: The most names of one listing in doubt at once (``_doubt_one``); past it the listing expires
+#: whole: a readdir re-lists it anyway, and a HEAD per name would cost more than one LIST.
+DOUBTFUL_MAX = 32
 #: Lags kept for the percentiles ``memfs status`` shows.
 LAGS_KEPT = 1000
 
@@ -241,6 +246,11 @@ class RemoteChanges(Part):
             if self.state.flights.busy(node.path) and self.state.nursery is not None:
                 self.state.nursery.start_soon(self._after_flight, node.path, node)
         above, name = self._known_above(path)
+        if self._doubt_one(above, name, path, is_dir, kind):
+            self._heard(above.path, now)  # a LIST in flight is installed expired, as below
+            kernel.forget_entry(above.inode, name)
+            kernel.forget_attrs(above.inode)
+            return
         while True:
             self._expire(above, now)
             kernel.forget_entry(above.inode, name)
@@ -257,10 +267,28 @@ class RemoteChanges(Part):
                 break
             above = parent
 
+    def _doubt_one(self, above: Node, name: str, path: str, is_dir: bool,
+                   kind: ChangeKind) -> bool:
+        """Make only ``name`` doubtful in its directory's listing, if that is enough: the
+        change is of a file right in the directory (not a marker, not a key deeper down, not a
+        name the listing shows as a directory), and a removal cannot take the directory with
+        it (it has a marker, or is the root). The next lookup of the name asks S3 about it
+        alone (a HEAD, ``ListingCache.resolve``); every other name is still answered from the
+        listing, so a bench's 200-entry directory is not re-listed per change heard. False:
+        the whole listing expires (``_expire``)."""
+        listing = above.listing
+        if (is_dir or listing is None or above.path != parent_of(path)
+                or listing.kind_of(name) is Kind.DIR or len(listing.doubtful) >= DOUBTFUL_MAX):
+            return False
+        if kind is ChangeKind.REMOVED and not (above.inode == ROOT_INODE or listing.has_marker):
+            return False
+        listing.doubt(name, self.state.fresh(listing.fetched_at))
+        return bool(listing.kept_at)
+
     def _expire(self, dnode: Node, now: float) -> None:
         """The directory's listing no longer answers, nor one whose LIST is in flight."""
         if dnode.listing is not None:
-            dnode.listing.fetched_at = 0.0
+            dnode.listing.expire()
         self._heard(dnode.path, now)
 
     def _heard(self, path: str, now: float) -> None:

@@ -35,6 +35,7 @@ import stat
 import time
 
 from memfs.mount.dirstream import DirStream, settled, settles_absence
+from memfs.mount.doubts import UNSETTLED, DoubtfulNames
 from memfs.mount.nodes import ROOT_INODE, DirCache, Kind, Node, child_path, kind_of_mode, type_bits
 from memfs.mount.state import CoreState, Part
 from memfs.s3.keynames import name_just_below
@@ -73,6 +74,7 @@ class ListingCache(Part):
 
     def __init__(self, state: CoreState) -> None:
         super().__init__(state)
+        self.doubts = DoubtfulNames(state)
 
     async def listing(self, dnode: Node) -> DirCache:
         """The directory's children: cached if fresh, else re-listed — as part of a tree shared
@@ -358,6 +360,10 @@ class ListingCache(Part):
         node = self.inodes.at(child_path(parent.path, name))
         if node is not None and (self.state.fresh(node.validated_at) or self.state.is_local(node)):
             return node
+        doubted = await self.doubts.answer(parent, name, self.sync_child)
+        if doubted is not UNSETTLED:  # only some names were in doubt (changes heard, doubts.py)
+            return doubted
+        node = self.inodes.at(child_path(parent.path, name))
         stale = parent.listing
         if node is not None and self._own_listing_answers(parent, node):
             # The parent's listing has expired: re-list the directory itself rather than its

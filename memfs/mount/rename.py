@@ -217,7 +217,7 @@ class Renames(Part):
                 if parent.recent:
                     parent.recent.pop(name, None)
                 if parent.listing is not None:
-                    parent.listing.fetched_at = float("-inf")
+                    parent.listing.expire(float("-inf"))
                 self.state.kernel.forget_entry(parent.inode, name)
 
     async def _upload_before_move(self, src: Node) -> None:

@@ -110,6 +110,8 @@ class Driver:
             node.used_at -= seconds
             if node.listing is not None:
                 node.listing.fetched_at -= seconds
+                if node.listing.kept_at:  # (partly fresh: memfs.mount.doubts)
+                    node.listing.kept_at -= seconds
                 node.listing.started -= seconds
             if node.recent:
                 node.recent = {name: (when - seconds, what)
