@@ -36,7 +36,7 @@ import time
 
 from memfs.mount.dirstream import DirStream, settled, settles_absence
 from memfs.mount.nodes import ROOT_INODE, DirCache, Kind, Node, child_path, kind_of_mode, type_bits
-from memfs.mount.state import CoreState, Part
+from memfs.mount.state import Part
 from memfs.s3.keynames import name_just_below
 from memfs.s3.objectmeta import ObjectInfo
 from memfs.s3.store import LIST_PAGE, Listing
@@ -70,9 +70,6 @@ class ListingCache(Part):
     this mount made since (``add``/``remove`` keep it so); it answers lookups while fresh.
     GUARDED BY: the trio thread; ``flights`` keeps one LIST per directory in flight.
     """
-
-    def __init__(self, state: CoreState) -> None:
-        super().__init__(state)
 
     async def listing(self, dnode: Node) -> DirCache:
         """The directory's children: cached if fresh, else re-listed — as part of a tree shared
@@ -148,8 +145,10 @@ class ListingCache(Part):
         # Installed as it is, not copied (a second dict of 100,000 names per listing read):
         # complete, the stream's pages are read by nothing else, and the replay of this
         # mount's changes since it began belongs on the listing anyway.
+        before = dnode.listing
         stream.installed = self._install(dnode, stream.listing, stream.started, time.time())
-        stream.installed.budget = stream.budget  # its handles' metadata reads so far count
+        if stream.installed is not before:  # (not a newer listing kept)
+            stream.installed.budget = stream.budget  # its handles' metadata reads so far count
         return stream.installed
 
     async def _list_tree(self, top: Node, below: list[Node], max_keys: int, *,
@@ -262,7 +261,14 @@ class ListingCache(Part):
         return None
 
     def _install(self, dnode: Node, listing: Listing, started: float, arrived: float) -> DirCache:
-        """Make ``listing`` (sent at ``started``, answered at ``arrived``) the directory's."""
+        """Make ``listing`` (sent at ``started``, answered at ``arrived``) the directory's,
+        unless it holds one from a LIST sent later: that one is kept."""
+        current = dnode.listing
+        if current is not None and current.started > started:
+            # Trap: two LISTs of a directory may be in flight (its own, an ancestor's shared
+            # tree). Installed after the later one had dropped older changes from ``recent``,
+            # the older one lost names this mount had just made (test_mailbox, issue 50).
+            return current
         # Fresh from when it arrived: a LIST slower than the TTL must not be stale on arrival
         # (every lookup would list again).
         cache = DirCache(listing.files, listing.dirs, arrived, listing.has_marker, started,
