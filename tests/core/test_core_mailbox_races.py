@@ -1,6 +1,7 @@
-"""Two LISTs of one directory in flight at once, in the core alone, on the in-memory store with
-one LIST's answer held at a gate (docs/INTERNALS.md, "How a listing stays true to this mount's
-own changes").
+"""Races the battery's test_mailbox found on a mount (issue 50), in the core alone on the
+in-memory store: two LISTs of one directory in flight at once (one LIST's answer held at a gate;
+docs/INTERNALS.md, "How a listing stays true to this mount's own changes"), and a chmod by path
+before a RELEASE, then a rename.
 
 A directory's LIST runs under the flight of the directory it was sent for: its own, or an
 ancestor's when the ancestor's whole tree is re-listed for every agent in it (``shared_tree``).
@@ -16,6 +17,7 @@ dead (``FileNotFoundError`` creating in it).
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -23,7 +25,9 @@ import trio
 
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
-from memfs.mount.nodes import Node
+from memfs.mount.nodes import ROOT_INODE, Node
+from memfs.mount.state import AttrChange
+from memfs.protocol import META_MODE
 from memfs.s3.store import ListingPage
 from tests.core.test_core_big_dirs import ME
 from tests.core.test_shared_trees import walk
@@ -111,6 +115,33 @@ def test_an_older_list_answered_last_keeps_what_this_mount_made_meanwhile() -> N
             nursery.cancel_scope.cancel()  # (the gate's keeper)
         assert "new.md" in await names(core, d)
         assert await core.lookup(d.inode, "new.md") is not None
+        core.check_invariants()
+
+    trio.run(main)
+
+
+def test_a_mode_set_by_path_before_the_release_moves_with_a_rename() -> None:
+    """mailbox's single-file flush (test_mailbox's test_permissions_after_flush, once in 40
+    rounds): write a temporary file, close it, ``chmod`` it to the old file's mode, rename it
+    over the old file and open that again. The RELEASE of the closed descriptor comes after
+    ``close(2)`` has returned, so the chmod by path only marked the open state (``meta_dirty``)
+    and the rename copied S3's object with the mode it had; the open that followed, past the
+    TTL, took S3's mode back into the node (and the RELEASE then wrote that one)."""
+    store = MemoryStore()
+    core = MemFSCore(store, MountConfig(Path("/unused"), "model", metadata_ttl=0.05))
+
+    async def main() -> None:
+        opened, node = await core.create(ROOT_INODE, "box.tmp", 0o644, os.O_WRONLY, ME)
+        await core.write(opened.fh, 0, b"From: foo\n\nkept\n")
+        await core.flush(opened.fh)  # close(2) returned; its RELEASE is still to come
+        await core.setattr(node.inode, AttrChange(mode=stat.S_IFREG | 0o666), None)
+        await core.rename(ROOT_INODE, "box.tmp", ROOT_INODE, "box", 0)
+        await trio.sleep(0.1)  # past the TTL
+        again = await core.open(node.inode, os.O_RDWR, ME)
+        await core.release(opened.fh)
+        assert stat.S_IMODE(node.mode) == 0o666
+        await core.release(again.fh)
+        assert stat.S_IMODE(int(store.objects["box"][1][META_MODE])) == 0o666
         core.check_invariants()
 
     trio.run(main)
