@@ -415,7 +415,8 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def rmdir(self, parent_inode: int, name: bytes, ctx=None) -> None:
-        if self._signal(ctx) is not None:
+        if (step := self._signal(ctx)) is not None:
+            self.signals.check_still_gone(step)  # type: ignore[union-attr]
             return  # its ghost: already gone from the core
         await self.core.rmdir(parent_inode, decode_name(name))
 
@@ -459,7 +460,8 @@ class MemFS(pyfuse3.Operations):
 
     @fuse_op
     async def unlink(self, parent_inode: int, name: bytes, ctx=None) -> None:
-        if self._signal(ctx) is not None:
+        if (step := self._signal(ctx)) is not None:
+            self.signals.check_still_gone(step)  # type: ignore[union-attr]
             return  # its ghost: already gone from the core
         await self.core.unlink(parent_inode, decode_name(name))
 
@@ -483,7 +485,8 @@ class MemFS(pyfuse3.Operations):
     @fuse_op
     async def rename(self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes,
                      flags: int, ctx) -> None:
-        if self._signal(ctx) is not None:
+        if (step := self._signal(ctx)) is not None:
+            self.signals.check_still_gone(step)  # type: ignore[union-attr]
             # Its ghost now has the new name in the kernel's cache: dropped once we reply, so
             # the next lookup finds the core's node.
             self.core.kernel.forget_entry(new_parent, decode_name(new_name))

@@ -3,7 +3,7 @@
 A directory's children come from one delimited LIST, cached on its node for ``--metadata-ttl``
 and kept in step with this mount's own changes (``_listing_change``), so a lookup in a listed
 directory costs nothing. In a big directory whose listing has expired, one name is probed
-(``_probe``: a LIST page starting at it) instead of re-listing everything.
+(``NameProbe``: a LIST page starting at it) instead of re-listing everything.
 
 Under load an agent's commands come further apart than the TTL, so every directory on its paths
 has expired; three rules keep that to about one LIST per command without answering from an
@@ -34,18 +34,18 @@ import logging
 import stat
 import time
 
-from memfs.mount.dirstream import DirStream, settled, settles_absence
+from memfs.mount.dirstream import DirStream
 from memfs.mount.doubts import UNSETTLED, DoubtfulNames
-from memfs.mount.nodes import ROOT_INODE, DirCache, Kind, Node, child_path, kind_of_mode, type_bits
+from memfs.mount.nameprobe import NameProbe
+from memfs.mount.nodes import ROOT_INODE, DirCache, Kind, Node, child_path
 from memfs.mount.state import CoreState, Part
-from memfs.s3.keynames import name_just_below
 from memfs.s3.objectmeta import ObjectInfo
 from memfs.s3.store import LIST_PAGE, Listing
 
 log = logging.getLogger(__name__)
 
 # A directory with more entries than one LIST page: once its listing expires, single names are
-# probed (_probe) instead of re-listing all of it.
+# probed (``NameProbe``) instead of re-listing all of it.
 BIG_DIR = 1000
 # The most LIST pages a whole listing (``listing``) reads: a directory this mount knew as one
 # page that a bucket writer has since filled with 20,000 keys cost every lookup in it 21 LISTs
@@ -59,8 +59,6 @@ class ListingTooBig(Exception):
 # and how recently a subtree must have been looked up in or read to count as in use, in TTLs.
 SHARED_TREE_KEYS = 4 * LIST_PAGE
 ACTIVE_TTLS = 10
-# ``_probe_page``'s "this page does not tell".
-_UNSETTLED = object()
 
 
 class ListingCache(Part):
@@ -75,6 +73,7 @@ class ListingCache(Part):
     def __init__(self, state: CoreState) -> None:
         super().__init__(state)
         self.doubts = DoubtfulNames(state)
+        self.probes = NameProbe(state, self._dir_node)
 
     async def listing(self, dnode: Node) -> DirCache:
         """The directory's children: cached if fresh, else re-listed — as part of a tree shared
@@ -150,8 +149,10 @@ class ListingCache(Part):
         # Installed as it is, not copied (a second dict of 100,000 names per listing read):
         # complete, the stream's pages are read by nothing else, and the replay of this
         # mount's changes since it began belongs on the listing anyway.
+        before = dnode.listing
         stream.installed = self._install(dnode, stream.listing, stream.started, time.time())
-        stream.installed.budget = stream.budget  # its handles' metadata reads so far count
+        if stream.installed is not before:  # (not a newer listing kept)
+            stream.installed.budget = stream.budget  # its handles' metadata reads so far count
         return stream.installed
 
     async def _list_tree(self, top: Node, below: list[Node], max_keys: int, *,
@@ -264,7 +265,14 @@ class ListingCache(Part):
         return None
 
     def _install(self, dnode: Node, listing: Listing, started: float, arrived: float) -> DirCache:
-        """Make ``listing`` (sent at ``started``, answered at ``arrived``) the directory's."""
+        """Make ``listing`` (sent at ``started``, answered at ``arrived``) the directory's,
+        unless it holds one from a LIST sent later: that one is kept."""
+        current = dnode.listing
+        if current is not None and current.started > started:
+            # Trap: two LISTs of a directory may be in flight (its own, an ancestor's shared
+            # tree). Installed after the later one had dropped older changes from ``recent``,
+            # the older one lost names this mount had just made (test_mailbox, issue 50).
+            return current
         # Fresh from when it arrived: a LIST slower than the TTL must not be stale on arrival
         # (every lookup would list again).
         cache = DirCache(listing.files, listing.dirs, arrived, listing.has_marker, started,
@@ -385,11 +393,11 @@ class ListingCache(Part):
             if isinstance(found, DirCache):
                 return self.sync_child(parent, name, found)
         if big_and_expired or (parent.listing is None and parent.wide):
-            return await self._probe(parent, name)
+            return await self.probes.probe(parent, name)
         try:
             listing = await self.listing(parent)
         except ListingTooBig:
-            return await self._probe(parent, name)
+            return await self.probes.probe(parent, name)
         return self.sync_child(parent, name, listing)
 
     def _own_listing_answers(self, parent: Node, node: Node) -> bool:
@@ -400,78 +408,6 @@ class ListingCache(Part):
         return (node.kind is Kind.DIR and own is not None
                 and own.keys() <= BIG_DIR
                 and (above is None or not self.state.fresh(above.fetched_at)))
-
-    async def _probe(self, parent: Node, name: str) -> Node | None:
-        """``resolve`` in a big directory whose listing has expired: ask S3 about this one
-        name (one LIST page from it on) instead of re-listing thousands of entries for every
-        `cat`, `stat` or create. The expired listing takes the answer, so a readdir that
-        re-lists later stays consistent with it."""
-        path = child_path(parent.path, name)
-        await self.state.settled(path)
-        found = await self._probe_page(parent, name)
-        if found is _UNSETTLED:  # the page did not reach the name's answer: ask for it alone
-            found = await self.state.s3(self.store.probe, path)
-        now = time.time()
-        node = self.inodes.at(path)
-        if node is not None and self.state.is_local(node):
-            return node  # became this mount's own while S3 answered
-        if parent.listing is not None:
-            what: object = None
-            if found is True:
-                what = Kind.DIR
-            elif isinstance(found, ObjectInfo):
-                what = ObjectInfo(found.size, found.etag, found.mtime)
-            parent.listing.apply(name, what)
-        if found is None:
-            if node is not None:
-                self.inodes.detach(path)
-            return None
-        kind = Kind.DIR if found is True else kind_of_mode(
-            found.mode if isinstance(found, ObjectInfo) else None)
-        if node is not None and node.kind is not kind:
-            self.inodes.detach(path)  # replaced by an entry of another kind
-            node = None
-        if kind is Kind.DIR:
-            return self._dir_node(path, node, now)
-        cfg = self.config
-        assert isinstance(found, ObjectInfo)
-        if node is None:
-            node = self.inodes.add(path, kind, type_bits(kind, found.mode) | cfg.default_file_mode,
-                                   cfg.uid, cfg.gid)
-        if node.etag != found.etag and node.nlookup:
-            self.state.kernel.forget_attrs(node.inode)
-        node.apply_info(found, now)  # size and version; its metadata is read at lookup
-        return node
-
-    async def _probe_page(self, parent: Node, name: str) -> object:
-        """``name``'s answer (as ``Store.probe``'s) from one LIST page starting at it, or
-        ``_UNSETTLED``. The page also confirms the nodes this mount holds for the names after it
-        (``_confirm``): the lookups that follow in S3's order — `ls -l`, a view's stats, which
-        outlast the TTL in a directory of thousands — then cost a LIST per 1,000 names, not one
-        per name (1,028 LISTs for a view of 3,000 files before: second hostile review)."""
-        below = name_just_below(name)
-        if below is None:
-            return _UNSETTLED
-        page = await self.state.s3(self.store.list_dir_page, parent.path, start_after=below)
-        files, dirs = settled(page)
-        self._confirm(parent, files, dirs, time.time())
-        if name in dirs:
-            return True
-        if name in files:
-            return files[name]
-        return None if settles_absence(page, name) and name not in page.listing.files \
-            else _UNSETTLED
-
-    def _confirm(self, parent: Node, files: dict[str, ObjectInfo], dirs: set[str],
-                 now: float) -> None:
-        """S3 still holds what these nodes name (the version, or the directory): fresh again."""
-        for name in dirs | files.keys():
-            node = self.inodes.at(child_path(parent.path, name))
-            if node is None or self.state.is_local(node) or (
-                    node.kind is Kind.DIR) != (name in dirs):
-                continue
-            if node.kind is Kind.DIR or node.etag == files[name].etag:
-                node.validated_at = max(node.validated_at, now)
 
     def add(self, parent_path: str, name: str, node: Node) -> None:
         what = Kind.DIR if node.kind is Kind.DIR else ObjectInfo(node.size, node.etag or "",

@@ -226,6 +226,11 @@ class Renames(Part):
         of = self.handles.shared.get(src.inode)
         if of is not None and (of.is_new or of.dirty):
             await self.uploader.upload(of)
+        elif of is not None and of.meta_dirty:
+            # Trap: a chmod by path after close(2) but before its RELEASE only marks the state;
+            # the COPY takes S3's metadata, and the next revalidation took the old mode back
+            # (mailbox's flush: chmod the new file, rename it over the old; issue 50).
+            await self.uploader.send_metadata(of)
 
     async def _move_file(self, src: Node, dst_path: str, dst: Node | None) -> None:
         """S3's side of a file rename done now (not deferred), replacing ``dst`` if given."""
@@ -331,6 +336,8 @@ class Renames(Part):
         for of in self.state.open_below(src.path):  # changes S3 has not seen: first
             if of.dirty or of.is_new:  # (the caller holds their uploads)
                 await self.uploader.upload(of)
+            elif of.meta_dirty:
+                await self.uploader.send_metadata(of)
         keys = await self._keys_to_move(src)
         hidden = await self.hidden.take_shadowed(src_parent, src.name())
         if dst is not None:

@@ -75,9 +75,14 @@ class Uploader(Part):
             if of.dirty or of.is_new:
                 await self.upload(of)
             elif of.meta_dirty:
-                of.meta_dirty = False
-                await self.write_metadata(of.node)
-                of.base_etag = of.node.etag
+                await self.send_metadata(of)
+
+    async def send_metadata(self, of: OpenFile) -> None:
+        """The state's pending chmod/chown/utimens alone (no bytes changed): a COPY in place.
+        Caller holds ``of.lock``."""
+        of.meta_dirty = False
+        await self.write_metadata(of.node)
+        of.base_etag = of.node.etag
 
     async def upload(self, of: OpenFile) -> None:
         """Upload the whole file: one conditional PUT, or a multipart upload with a conditional

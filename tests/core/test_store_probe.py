@@ -66,7 +66,7 @@ def test_a_file_and_a_directory_of_one_name_probe_as_the_directory(s3, s3_reset)
 
 
 def test_a_page_from_just_below_a_name_starts_at_it(s3, s3_reset) -> None:
-    """`ListingCache._probe_page` lists from a name on (StartAfter is exclusive): the page starts at
+    """`NameProbe._page` lists from a name on (StartAfter is exclusive): the page starts at
     the name, files and directories alike, on the S3 the suite runs against (moto, Ceph RGW)."""
     for key in ("d/a", "d/b-1", "d/b", "d/b/in", "d/c", "d/é", "d/z"):
         s3.put_object(Bucket=BUCKET, Key=key, Body=b"")
