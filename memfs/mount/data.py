@@ -143,8 +143,11 @@ class DataPath(Part):
         # this mount knows of it (its unsaved writes, or the version S3 holds), so all of them
         # see one size, one set of bytes and every truncation (docs/SEMANTICS.md). An
         # ``O_TRUNC`` truncates that state, as on a local disk, and uploads nothing yet.
+        await self.handles.replaced(node)  # (a rename over it in flight: it ends first)
         of = self.handles.shared.get(node.inode)
-        if of is not None and (of.local or (self.state.is_current(of) and not append)):
+        if node.detached:
+            of = self._gone(node, of)
+        elif of is not None and (of.local or (self.state.is_current(of) and not append)):
             pass  # unsaved writes, or the version this mount knows, confirmed within the TTL
         elif truncate and of is not None and of.base_etag == node.etag:
             pass  # its bytes are about to go: no need to confirm them first
@@ -173,6 +176,25 @@ class DataPath(Part):
         if truncate and of.truncation_only:
             of.truncated_by = opened.fh
         return opened
+
+    def _gone(self, node: Node, shared: OpenFile | None) -> OpenFile:
+        """The state an open of a file whose name is gone (renamed over, removed) joins: the
+        one its descriptors hold, as on a local disk (``/proc/PID/fd/N``); with none, ESTALE.
+
+        Trap: the kernel resolves a path to an inode before it sends OPEN, so a reader whose
+        path walk found a cached entry opens the old inode after a rename on this mount
+        replaced it. Its path now names the new file: loading it gave the old inode the new
+        version, while the kernel bounds that inode's reads by the old version's size — the
+        storm's readers got 40 bytes of a bigger version (issue 50). ESTALE makes the kernel
+        walk the path again with LOOKUP_REVAL (``do_filp_open``) and open the file the name
+        stands for now, whole."""
+        held = [of for of in ([shared] if shared is not None else []) + self.handles.states_of(
+            node) if of.node is node and not of.private and of.body is not None]
+        if not held:  # (a state with no bytes yet would load them from the path: the new file)
+            log.debug("%s: open of a file whose name is gone (inode %d): ESTALE", node.path,
+                      node.inode)
+            raise fail(errno.ESTALE)
+        return held[0]
 
     async def _fresh_state(self, node: Node, *, load: bool, revalidate: bool) -> OpenFile:
         """A state for a new open, from S3's version: loaded (and so revalidated) when

@@ -156,3 +156,36 @@ def test_a_mapping_keeps_its_version_when_this_mount_hears_of_a_replacement(
     out = child.stdout.read()
     assert child.wait(30) == 0 and out.strip() == "ok", (child.returncode, out)
     assert (a / "f.md").read_bytes() == new  # a new open reads the new version
+
+
+@pytest.mark.parametrize("held_across", [False, True], ids=["opened-after", "held-across"])
+def test_an_open_of_the_inode_a_rename_replaced_reads_its_version_or_fails(
+        mount_factory, held_across: bool) -> None:
+    """The kernel resolves a path to an inode before it sends OPEN: a reader whose path walk
+    found the target's cached entry opens the old inode after a rename on the same mount
+    replaced it (the storm's readers on the renaming mount, three at once cut at 40 bytes).
+    ``/proc/self/fd/N`` of an ``O_PATH`` descriptor taken before the rename makes that order
+    certain. The open must read the old version whole, or fail (ESTALE: no descriptor holds
+    the old version any more; a path open retries its lookup then, and opens the new file).
+    Before, it read the new version through the old inode, and cut at the old version's 40
+    bytes when the kernel had been told that size since the rename (``held_across``: a
+    descriptor open across the rename, ``fstat`` after it, then closed)."""
+    a = mount_factory("", "--metadata-ttl", "60")  # (the kernel keeps the old inode's size)
+    old, new = build("old.1", 40), build("new.2", 1_300_000)
+    (a / "f.md").write_bytes(old)
+    assert _read(a / "f.md") == "ok old.1"
+    (a / ".tmp").write_bytes(new)
+    fd = os.open(a / "f.md", os.O_PATH)  # no FUSE OPEN: the kernel just holds the inode
+    try:
+        with open(a / "f.md", "rb") as held:
+            os.rename(a / ".tmp", a / "f.md")
+            if held_across:
+                assert os.fstat(held.fileno()).st_size == len(old)
+                assert held.read() == old
+            else:
+                held.close()
+        got = _read(Path(f"/proc/self/fd/{fd}"))
+    finally:
+        os.close(fd)
+    assert got in ("ok old.1", "error 116"), got
+    assert _read(a / "f.md") == "ok new.2"
