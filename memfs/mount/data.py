@@ -22,6 +22,7 @@ import os
 import stat
 import time
 
+from memfs.mount import replaced
 from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.handles import OpenFile
 from memfs.mount.listings import ListingCache
@@ -106,7 +107,9 @@ class DataPath(Part):
         # fills it with bytes another handle then reads as its own. So handles that may diverge
         # bypass the cache (direct_io): writers (any may become a private transaction) and
         # opens made while handles on another version are still open. Readers of the one
-        # current version keep the cache. (direct_io refuses MAP_SHARED; MAP_PRIVATE works.)
+        # current version keep the cache. (direct_io refuses MAP_SHARED; MAP_PRIVATE works,
+        # and fills the inode's page cache: a reader of a newer version beside page-cache
+        # readers of an older one gets an inode of its own instead, ``replaced.new_inode``.)
         # One exception: SQLite's WAL index (`*-shm`) must be mapped MAP_SHARED, and SQLite
         # never makes it a transaction; its writers keep the cache (see SQLITE_SHM).
         shm = writing and not of.private and of.node.name().endswith(SQLITE_SHM)
@@ -144,9 +147,9 @@ class DataPath(Part):
         # see one size, one set of bytes and every truncation (docs/SEMANTICS.md). An
         # ``O_TRUNC`` truncates that state, as on a local disk, and uploads nothing yet.
         await self.handles.replaced(node)  # (a rename over it in flight: it ends first)
-        of = self.handles.shared.get(node.inode)
+        of = before = self.handles.shared.get(node.inode)
         if node.detached:
-            of = self._gone(node, of)
+            of = replaced.joined_state(self.handles, node, of)
         elif of is not None and (of.local or (self.state.is_current(of) and not append)):
             pass  # unsaved writes, or the version this mount knows, confirmed within the TTL
         elif truncate and of is not None and of.base_etag == node.etag:
@@ -172,29 +175,12 @@ class DataPath(Part):
             # The last release of the state ended while this open waited for its lock (its
             # upload): the state lives on with this descriptor, and later opens join it.
             self.handles.shared[node.inode] = of
+        if not writing and not truncate and of.handles == 0 and self.handles.cached_beside(of):
+            replaced.new_inode(self.state, node, of, before)
         opened = self._new_handle(of, ctx, writing=writing, append=append)
         if truncate and of.truncation_only:
             of.truncated_by = opened.fh
         return opened
-
-    def _gone(self, node: Node, shared: OpenFile | None) -> OpenFile:
-        """The state an open of a file whose name is gone (renamed over, removed) joins: the
-        one its descriptors hold, as on a local disk (``/proc/PID/fd/N``); with none, ESTALE.
-
-        Trap: the kernel resolves a path to an inode before it sends OPEN, so a reader whose
-        path walk found a cached entry opens the old inode after a rename on this mount
-        replaced it. Its path now names the new file: loading it gave the old inode the new
-        version, while the kernel bounds that inode's reads by the old version's size — the
-        storm's readers got 40 bytes of a bigger version (issue 50). ESTALE makes the kernel
-        walk the path again with LOOKUP_REVAL (``do_filp_open``) and open the file the name
-        stands for now, whole."""
-        held = [of for of in ([shared] if shared is not None else []) + self.handles.states_of(
-            node) if of.node is node and not of.private and of.body is not None]
-        if not held:  # (a state with no bytes yet would load them from the path: the new file)
-            log.debug("%s: open of a file whose name is gone (inode %d): ESTALE", node.path,
-                      node.inode)
-            raise fail(errno.ESTALE)
-        return held[0]
 
     async def _fresh_state(self, node: Node, *, load: bool, revalidate: bool) -> OpenFile:
         """A state for a new open, from S3's version: loaded (and so revalidated) when

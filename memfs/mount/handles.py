@@ -241,6 +241,11 @@ class HandleTable:
         of = next(iter(cached.values()))
         return of.body.size if of.body is not None else None
 
+    def cached_beside(self, of: OpenFile) -> bool:
+        """Whether handles read ``of``'s inode through the kernel's page cache on another
+        state (an older version)."""
+        return any(other is not of for other in self._cached_on.get(of.node.inode, {}).values())
+
     def open_on(self, inode: int) -> bool:
         """Whether any handle (or a shared state still uploading) holds ``inode`` open."""
         return inode in self._states_on or inode in self.shared

@@ -189,3 +189,45 @@ def test_an_open_of_the_inode_a_rename_replaced_reads_its_version_or_fails(
         os.close(fd)
     assert got in ("ok old.1", "error 116"), got
     assert _read(a / "f.md") == "ok new.2"
+
+
+_MAP_ONCE = """
+import mmap, os, sys
+from tests.support.versions import check
+with open(sys.argv[1], "rb") as f:
+    size = os.fstat(f.fileno()).st_size
+    with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ, flags=mmap.MAP_PRIVATE) as mm:
+        data = mm[:]
+print(check(data) or "ok " + data.split(b" ", 2)[1].decode(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["overwrite", "replace"])
+def test_a_mapping_of_a_newer_version_never_shows_in_an_older_versions_reads(
+        mount_factory, how: str) -> None:
+    """A holds a descriptor of the old version (read through the kernel's page cache); B
+    writes a new one; a process on A opens the file (a newer version beside the older one's
+    readers), maps it with MAP_PRIVATE and reads the map; then A's held descriptor reads. Both
+    must be exactly one version each. Before, the newer open got a direct_io handle on the
+    same inode, whose mapping filled the inode's page cache with the new version's pages: the
+    held descriptor then read them, cut at the old size (the storm's last torn read(2)s)."""
+    a = mount_factory("", "--metadata-ttl", "1")
+    b = mount_factory("", "--metadata-ttl", "1")
+    old, new = build("old.1", 40), build("new.2", 700)
+    (b / "f.md").write_bytes(old)
+    time.sleep(1.2)
+    with open(a / "f.md", "rb", buffering=0) as held:
+        assert os.fstat(held.fileno()).st_size == len(old)
+        if how == "overwrite":
+            (b / "f.md").write_bytes(new)
+        else:
+            (b / ".tmp").write_bytes(new)
+            os.rename(b / ".tmp", b / "f.md")
+        time.sleep(1.2)  # past A's TTL: A's next open asks S3, and finds the new version
+        mapped = subprocess.run([sys.executable, "-c", _MAP_ONCE, str(a / "f.md")],
+                                capture_output=True, text=True, timeout=60, check=False,
+                                cwd=Path(__file__).parents[2])
+        data = held.read()
+    assert mapped.returncode == 0 and mapped.stdout.strip() == "ok new.2", mapped
+    assert data == old, check(data)
+    assert _read(a / "f.md") == "ok new.2"
