@@ -149,7 +149,8 @@ class DataPath(Part):
         await self.handles.replaced(node)  # (a rename over it in flight: it ends first)
         of = before = self.handles.shared.get(node.inode)
         if node.detached:
-            of = replaced.joined_state(self.handles, node, of)
+            of = replaced.joined_state(self.handles, node, of,
+                                       reading_only=not writing and not truncate)
         elif of is not None and (of.local or (self.state.is_current(of) and not append)):
             pass  # unsaved writes, or the version this mount knows, confirmed within the TTL
         elif truncate and of is not None and of.base_etag == node.etag:

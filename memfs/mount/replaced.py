@@ -11,7 +11,7 @@ stands for now — the file's newest version, whole, with a size and a page cach
   the new file, so loading it gave the old inode the new version, cut by the kernel at the old
   size (the storm's readers on the renaming mount: 40 bytes of a bigger version). Now it joins
   the state its descriptors still hold (as ``/proc/PID/fd/N`` reopens a removed file on a local
-  disk), or fails ``ESTALE`` (``joined_state``).
+  disk) when it only reads, or fails ``ESTALE`` (``joined_state``).
 * **A reader opening a newer version while descriptors read an older one through the page
   cache.** It used to get a ``direct_io`` handle on the same inode; but a ``MAP_PRIVATE`` mapping
   of a ``direct_io`` handle fills the inode's page cache with its version's pages, and the older
@@ -32,12 +32,16 @@ from memfs.mount.state import CoreState, fail
 log = logging.getLogger(__name__)
 
 
-def joined_state(handles: HandleTable, node: Node, shared: OpenFile | None) -> OpenFile:
-    """The state an open of detached ``node`` joins: one its descriptors hold, with bytes
-    (one with none yet would load them from the path: the new file); else ESTALE."""
+def joined_state(handles: HandleTable, node: Node, shared: OpenFile | None, *,
+                 reading_only: bool) -> OpenFile:
+    """The state a read-only open of detached ``node`` joins: one its descriptors hold, with
+    bytes (one with none yet would load them from the path: the new file); else ESTALE. An
+    open that may write is always ESTALE: its writes would go to a file whose name is gone
+    (an upload of a detached node is dropped), and an edit built on the old version would be
+    lost; the kernel's retry opens the file the name stands for now."""
     held = [of for of in ([shared] if shared is not None else []) + handles.states_of(node)
             if of.node is node and not of.private and of.body is not None]
-    if not held:
+    if not held or not reading_only:
         log.debug("%s: open of inode %d, whose name is gone: ESTALE", node.path, node.inode)
         raise fail(errno.ESTALE)
     return held[0]

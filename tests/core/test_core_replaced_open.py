@@ -93,6 +93,14 @@ def test_a_descriptor_held_across_the_rename_lets_an_open_of_the_inode_join_it()
         await written(core, ".tmp", NEW)
         await core.rename(ROOT_INODE, ".tmp", ROOT_INODE, "f", 0)
         assert await read_through(core, old) == OLD
+        # An open that may write never builds on the old file (its upload would be dropped:
+        # the name is gone); the kernel's retry opens the new one.
+        for flags in (os.O_RDWR, os.O_WRONLY | os.O_TRUNC):
+            try:
+                await core.open(old.inode, flags, ME)
+                raise AssertionError(f"an open ({flags:#o}) of the replaced file was served")
+            except OSError as exc:
+                assert exc.errno == errno.ESTALE, exc
         assert await core.read(held.fh, 0, 1 << 20) == OLD
         await core.release(held.fh)
         core.check_invariants()
