@@ -22,6 +22,7 @@ import os
 import stat
 import time
 
+from memfs.mount import replaced
 from memfs.mount.blobs import INLINE, Blob
 from memfs.mount.handles import OpenFile
 from memfs.mount.listings import ListingCache
@@ -106,7 +107,9 @@ class DataPath(Part):
         # fills it with bytes another handle then reads as its own. So handles that may diverge
         # bypass the cache (direct_io): writers (any may become a private transaction) and
         # opens made while handles on another version are still open. Readers of the one
-        # current version keep the cache. (direct_io refuses MAP_SHARED; MAP_PRIVATE works.)
+        # current version keep the cache. (direct_io refuses MAP_SHARED; MAP_PRIVATE works,
+        # and fills the inode's page cache: a reader of a newer version beside page-cache
+        # readers of an older one gets an inode of its own instead, ``replaced.new_inode``.)
         # One exception: SQLite's WAL index (`*-shm`) must be mapped MAP_SHARED, and SQLite
         # never makes it a transaction; its writers keep the cache (see SQLITE_SHM).
         shm = writing and not of.private and of.node.name().endswith(SQLITE_SHM)
@@ -143,8 +146,12 @@ class DataPath(Part):
         # this mount knows of it (its unsaved writes, or the version S3 holds), so all of them
         # see one size, one set of bytes and every truncation (docs/SEMANTICS.md). An
         # ``O_TRUNC`` truncates that state, as on a local disk, and uploads nothing yet.
-        of = self.handles.shared.get(node.inode)
-        if of is not None and (of.local or (self.state.is_current(of) and not append)):
+        await self.handles.replaced(node)  # (a rename over it in flight: it ends first)
+        of = before = self.handles.shared.get(node.inode)
+        if node.detached:
+            of = replaced.joined_state(self.handles, node, of,
+                                       reading_only=not writing and not truncate)
+        elif of is not None and (of.local or (self.state.is_current(of) and not append)):
             pass  # unsaved writes, or the version this mount knows, confirmed within the TTL
         elif truncate and of is not None and of.base_etag == node.etag:
             pass  # its bytes are about to go: no need to confirm them first
@@ -169,6 +176,8 @@ class DataPath(Part):
             # The last release of the state ended while this open waited for its lock (its
             # upload): the state lives on with this descriptor, and later opens join it.
             self.handles.shared[node.inode] = of
+        if not writing and not truncate and of.handles == 0 and self.handles.cached_beside(of):
+            replaced.new_inode(self.state, node, of, before)
         opened = self._new_handle(of, ctx, writing=writing, append=append)
         if truncate and of.truncation_only:
             of.truncated_by = opened.fh

@@ -146,6 +146,9 @@ class HandleTable:
     # the state each opened on: the size the kernel holds for an inode bounds their reads
     # (``page_cache_size``).
     _cached_on: dict[int, dict[int, OpenFile]] = field(default_factory=dict)
+    # Files a rename is replacing right now (its COPY landed or may land any moment), by inode:
+    # an open of one waits until the rename ends (``replaced``).
+    _replacing: dict[int, trio.Event] = field(default_factory=dict)
     _next_fh: int = 1
 
     def new_fh(self) -> int:
@@ -238,6 +241,11 @@ class HandleTable:
         of = next(iter(cached.values()))
         return of.body.size if of.body is not None else None
 
+    def cached_beside(self, of: OpenFile) -> bool:
+        """Whether handles read ``of``'s inode through the kernel's page cache on another
+        state (an older version)."""
+        return any(other is not of for other in self._cached_on.get(of.node.inode, {}).values())
+
     def open_on(self, inode: int) -> bool:
         """Whether any handle (or a shared state still uploading) holds ``inode`` open."""
         return inode in self._states_on or inode in self.shared
@@ -275,6 +283,28 @@ class HandleTable:
                     held.append(of)
                     await held_locks.enter_async_context(of.lock)
             yield
+
+    @asynccontextmanager
+    async def replacing(self, node: Node) -> AsyncIterator[None]:
+        """A rename replaces ``node`` inside the block: opens of it wait (``replaced``)."""
+        done = self._replacing.setdefault(node.inode, trio.Event())
+        try:
+            yield
+        finally:
+            if self._replacing.get(node.inode) is done:
+                del self._replacing[node.inode]
+            done.set()
+
+    async def replaced(self, node: Node) -> None:
+        """Wait until no rename is replacing ``node``.
+
+        Trap: the kernel resolves a path to an inode before it sends OPEN, so an open of a
+        rename's target can reach us while the rename is in flight. S3 holds the new version
+        at the target's key as soon as the COPY lands: loaded then, the old inode took the new
+        version while the kernel bounds its reads by the old one's size (issue 50). After the
+        rename the node is detached, and its open is answered as such (``DataPath._open``)."""
+        while (done := self._replacing.get(node.inode)) is not None:
+            await done.wait()
 
     def caller_handle(self, inode: int, tid: int, group: Callable[[], int]) -> int | None:
         """The caller's latest handle on ``inode``: opened by its thread ``tid`` if there is

@@ -138,9 +138,12 @@ class Renames(Part):
                     return True
                 await self._move_file(src, dst_path, None)
             else:
-                async with self.handles.uploads_held(dst):
+                # Opens of ``dst`` wait until it is detached (``HandleTable.replaced``).
+                async with self.handles.replacing(dst), self.handles.uploads_held(dst):
                     await self._move_file(src, dst_path, dst)
-                self.state.usage.removed(dst.size)
+                    self.state.usage.removed(dst.size)
+                    self._moved(src, src_parent, dst_parent, dst_path)
+                return False
             self._moved(src, src_parent, dst_parent, dst_path)  # (before the uploads resume)
         return False
 

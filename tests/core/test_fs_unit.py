@@ -251,14 +251,26 @@ def test_an_open_drops_the_kernels_cached_size_only_when_it_may_be_stale(s3, s3_
         # kernel holds bounds: it stays 5 while ``old`` is open (issue 50; docs/SEMANTICS.md,
         # "One version per read"), or ``old`` would read zeros up to 10.
         assert (await fs.lookup(ROOT, b"f.md", CTX)).st_size == 5
-        assert await read_file(fs, ino) == b"BBBBBBBBBB"  # a new reader (direct_io): all 10
+        # A new reader of the 10-byte version gets an inode of its own (ESTALE for the old
+        # one; the kernel looks the name up again), or its mapping would fill ``old``'s pages.
+        with pytest.raises(pyfuse3.FUSEError) as stale:
+            await read_file(fs, ino)
+        assert stale.value.errno == errno.ESTALE
+        entry = await fs.lookup(ROOT, b"f.md", CTX)  # the kernel's LOOKUP_REVAL
+        assert entry.st_ino != ino and entry.st_size == 10
         assert await fs.read(old.fh, 0, 4096) == b"AAAAA"
         await fs.release(old.fh)
         kernel.inodes.clear()
-        new = await fs.open(ino, os.O_RDONLY, CTX)  # the cached version, confirmed (304)
-        assert kernel.inodes == [ino]  # 5 held, 10 current: the kernel must ask again
-        assert (await fs.getattr(ino, CTX)).st_size == 10
+        new = await fs.open(entry.st_ino, os.O_RDONLY, CTX)
+        assert kernel.inodes == []  # it holds our size (the lookup's): nothing to drop
         assert await fs.read(new.fh, 0, 4096) == b"BBBBBBBBBB"
+        await fs.release(new.fh)
+        s3.put_object(Bucket=BUCKET, Key="f.md", Body=b"CCC")
+        kernel.inodes.clear()
+        new = await fs.open(entry.st_ino, os.O_RDONLY, CTX)  # no page-cache reader left
+        assert set(kernel.inodes) == {entry.st_ino}  # 10 held, 3 current: it must ask again
+        assert (await fs.getattr(entry.st_ino, CTX)).st_size == 3
+        assert await fs.read(new.fh, 0, 4096) == b"CCC"
         await fs.release(new.fh)
     run(main)
 

@@ -156,3 +156,78 @@ def test_a_mapping_keeps_its_version_when_this_mount_hears_of_a_replacement(
     out = child.stdout.read()
     assert child.wait(30) == 0 and out.strip() == "ok", (child.returncode, out)
     assert (a / "f.md").read_bytes() == new  # a new open reads the new version
+
+
+@pytest.mark.parametrize("held_across", [False, True], ids=["opened-after", "held-across"])
+def test_an_open_of_the_inode_a_rename_replaced_reads_its_version_or_fails(
+        mount_factory, held_across: bool) -> None:
+    """The kernel resolves a path to an inode before it sends OPEN: a reader whose path walk
+    found the target's cached entry opens the old inode after a rename on the same mount
+    replaced it (the storm's readers on the renaming mount, three at once cut at 40 bytes).
+    ``/proc/self/fd/N`` of an ``O_PATH`` descriptor taken before the rename makes that order
+    certain. The open must read the old version whole, or fail (ESTALE: no descriptor holds
+    the old version any more; a path open retries its lookup then, and opens the new file).
+    Before, it read the new version through the old inode, and cut at the old version's 40
+    bytes when the kernel had been told that size since the rename (``held_across``: a
+    descriptor open across the rename, ``fstat`` after it, then closed)."""
+    a = mount_factory("", "--metadata-ttl", "60")  # (the kernel keeps the old inode's size)
+    old, new = build("old.1", 40), build("new.2", 1_300_000)
+    (a / "f.md").write_bytes(old)
+    assert _read(a / "f.md") == "ok old.1"
+    (a / ".tmp").write_bytes(new)
+    fd = os.open(a / "f.md", os.O_PATH)  # no FUSE OPEN: the kernel just holds the inode
+    try:
+        with open(a / "f.md", "rb") as held:
+            os.rename(a / ".tmp", a / "f.md")
+            if held_across:
+                assert os.fstat(held.fileno()).st_size == len(old)
+                assert held.read() == old
+            else:
+                held.close()
+        got = _read(Path(f"/proc/self/fd/{fd}"))
+    finally:
+        os.close(fd)
+    assert got in ("ok old.1", "error 116"), got
+    assert _read(a / "f.md") == "ok new.2"
+
+
+_MAP_ONCE = """
+import mmap, os, sys
+from tests.support.versions import check
+with open(sys.argv[1], "rb") as f:
+    size = os.fstat(f.fileno()).st_size
+    with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ, flags=mmap.MAP_PRIVATE) as mm:
+        data = mm[:]
+print(check(data) or "ok " + data.split(b" ", 2)[1].decode(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["overwrite", "replace"])
+def test_a_mapping_of_a_newer_version_never_shows_in_an_older_versions_reads(
+        mount_factory, how: str) -> None:
+    """A holds a descriptor of the old version (read through the kernel's page cache); B
+    writes a new one; a process on A opens the file (a newer version beside the older one's
+    readers), maps it with MAP_PRIVATE and reads the map; then A's held descriptor reads. Both
+    must be exactly one version each. Before, the newer open got a direct_io handle on the
+    same inode, whose mapping filled the inode's page cache with the new version's pages: the
+    held descriptor then read them, cut at the old size (the storm's last torn read(2)s)."""
+    a = mount_factory("", "--metadata-ttl", "1")
+    b = mount_factory("", "--metadata-ttl", "1")
+    old, new = build("old.1", 40), build("new.2", 700)
+    (b / "f.md").write_bytes(old)
+    time.sleep(1.2)
+    with open(a / "f.md", "rb", buffering=0) as held:
+        assert os.fstat(held.fileno()).st_size == len(old)
+        if how == "overwrite":
+            (b / "f.md").write_bytes(new)
+        else:
+            (b / ".tmp").write_bytes(new)
+            os.rename(b / ".tmp", b / "f.md")
+        time.sleep(1.2)  # past A's TTL: A's next open asks S3, and finds the new version
+        mapped = subprocess.run([sys.executable, "-c", _MAP_ONCE, str(a / "f.md")],
+                                capture_output=True, text=True, timeout=60, check=False,
+                                cwd=Path(__file__).parents[2])
+        data = held.read()
+    assert mapped.returncode == 0 and mapped.stdout.strip() == "ok new.2", mapped
+    assert data == old, check(data)
+    assert _read(a / "f.md") == "ok new.2"

@@ -60,12 +60,8 @@ def test_two_mounts_storming_the_same_files_lose_no_update(mount_factory, s3, tt
     # and no conflict copy is kept for either.
     assert conflict_objects(objects) == {}
     # The only errors are lost races, phrased for Claude. A text file read as bytes of no
-    # version is what is left of issue 50's item 1 (docs/SEMANTICS.md, "One version per read",
-    # Limits: a page-cache read on the renaming mount ending early while the kernel holds
-    # another size; the signaller's share of it is fixed, tests/mount/test_one_version_readers.py):
-    # reported as such, any other error fails.
-    if set(stats.errors) - {"save:ESTALE"} == {"torn"}:
-        pytest.xfail(f"a read mixed two versions (issue 50, item 1): {stats.samples['torn']}")
+    # version (issue 50, item 1: an open of the inode a rename on the same mount had replaced)
+    # is an error like any other (docs/SEMANTICS.md, "One version per read").
     assert set(stats.errors) <= {"save:ESTALE"}, stats.samples
 
 

@@ -39,9 +39,9 @@ def test_two_mounts_replacing_and_overwriting_never_show_a_read_of_no_version(
     assert tally.torn_by("read", "view") == [], "\n".join(tally.torn[:20]) + f"\n{summary}"
 
 
-@pytest.mark.xfail(reason="a mapping made while this mount still reads an older version "
-                          "through the page cache is bounded by that version's size "
-                          "(docs/SEMANTICS.md, One version per read)", strict=False)
+@pytest.mark.xfail(reason="a mapping can see SIGBUS when the size the kernel holds for its "
+                          "inode changes under it (docs/SEMANTICS.md, One version per read)",
+                   strict=False)
 def test_mmap_across_mounts_sees_one_version(mount_factory) -> None:
     mounts = [mount_factory("", "--part-size", "5M") for _ in range(2)]
     storm = Storm(mounts, files=2, sizes=sizes_for(PART), same_mount_overwrite=False)
