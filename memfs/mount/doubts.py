@@ -25,7 +25,8 @@ import enum
 import time
 from collections.abc import Callable
 
-from memfs.mount.nodes import DirCache, Node, child_path, kind_of_mode, type_bits
+from memfs.mount.nameprobe import file_answered
+from memfs.mount.nodes import DirCache, Node, child_path
 from memfs.mount.state import CoreState, Part
 from memfs.s3.objectmeta import ObjectInfo
 
@@ -103,17 +104,7 @@ class DoubtfulNames(Part):
             if node is not None:
                 self.inodes.detach(path)
             return None
-        kind = kind_of_mode(info.mode)
-        if node is not None and node.kind is not kind:
-            self.inodes.detach(path)  # replaced by an entry of another kind
-            node = None
-        if node is None:
-            cfg = self.config
-            node = self.inodes.add(path, kind, type_bits(kind, info.mode) | cfg.default_file_mode,
-                                   cfg.uid, cfg.gid)
-        if node.etag != info.etag and node.nlookup:
-            self.state.kernel.forget_attrs(node.inode)
-        node.apply_info(info, now)
+        node = file_answered(self.state, path, node, info, now)
         node.meta_known = True  # a HEAD carries all the metadata there is
         self.state.kept(node, started)  # (not kept: due for revalidation at once)
         return node

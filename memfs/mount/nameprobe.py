@@ -25,6 +25,25 @@ _UNSETTLED = object()
 DirNode = Callable[[str, Node | None, float], Node]
 
 
+def file_answered(state: CoreState, path: str, node: Node | None, info: ObjectInfo,
+                  now: float) -> Node:
+    """The node for the file S3 answered for ``path`` at ``now`` (a probe's page, a HEAD):
+    ``node`` if one of the same kind stands there (else a new one, the old detached), its size
+    and version from ``info``, the kernel's attributes dropped when the version moved."""
+    kind = kind_of_mode(info.mode)
+    if node is not None and node.kind is not kind:
+        state.inodes.detach(path)  # replaced by an entry of another kind
+        node = None
+    if node is None:
+        cfg = state.config
+        node = state.inodes.add(path, kind, type_bits(kind, info.mode) | cfg.default_file_mode,
+                                cfg.uid, cfg.gid)
+    if node.etag != info.etag and node.nlookup:
+        state.kernel.forget_attrs(node.inode)
+    node.apply_info(info, now)  # size and version; the rest of its metadata as known
+    return node
+
+
 class NameProbe(Part):
     """Single names resolved by a LIST page from them on (see the module docstring).
 
@@ -67,15 +86,8 @@ class NameProbe(Part):
             node = None
         if kind is Kind.DIR:
             return self._dir_node(path, node, now)
-        cfg = self.config
         assert isinstance(found, ObjectInfo)
-        if node is None:
-            node = self.inodes.add(path, kind, type_bits(kind, found.mode) | cfg.default_file_mode,
-                                   cfg.uid, cfg.gid)
-        if node.etag != found.etag and node.nlookup:
-            self.state.kernel.forget_attrs(node.inode)
-        node.apply_info(found, now)  # size and version; its metadata is read at lookup
-        return node
+        return file_answered(self.state, path, node, found, now)
 
     async def _page(self, parent: Node, name: str) -> object:
         """``name``'s answer (as ``Store.probe``'s) from one LIST page starting at it, or
