@@ -25,9 +25,11 @@ was the last thing replayed for it; the same change heard twice (the bucket's no
 the writer's announcement) is replayed once.
 
 A ghost is a node that never stands for a path (``InodeTable.ghost``): the kernel is shown it
-for the one lookup of a name that is gone, and forgets it after. The new name of a rename is
-dropped from the kernel's cache right after (asynchronously), so the next lookup finds the real
-node.
+for the one lookup of a name that is gone, and forgets it after. Only a ghost is ever removed or
+moved: the old name is dropped from the kernel's cache first, and a step the kernel performed
+without asking for one (it held a real node's entry) is refused (``check_still_gone``). The new
+name of a rename is dropped from the kernel's cache right after (asynchronously), so the next
+lookup finds the real node.
 
 Nothing here uploads, versions, counts against the quota or is announced to other mounts: the
 adapter answers these requests without calling the core's operations. The trio thread never
@@ -89,6 +91,9 @@ class Step:
     # A removal's or a rename's: the inode that stood for ``path`` when the change was heard
     # (0: none). Another one standing there when the step runs was made since (``made_again``).
     gone: int = 0
+    # A removal's or a rename's: the directory (inode) and name of ``path``, which the kernel
+    # must forget first, so that it looks the name up and is given a ghost (``_perform``).
+    forget_old: tuple[int, str] = (0, "")
 
 
 class Answer(enum.Enum):
@@ -128,6 +133,9 @@ class Signaller(Watchers):
         # The node a MKNOD or MKDIR in progress was answered with: from then on the signaller's
         # lookups of the name find it (its open that follows).
         self.made_node: Node | None = None
+        # Whether the kernel was given a ghost for the step in progress: a removal or rename
+        # it was not (it held the name's entry) would act on a real node (``check_still_gone``).
+        self.ghost_given = False
         self.tid = 0
         # The step whose syscall is in progress: set by the signaller before the syscall, read
         # by the trio thread while answering it (the syscall is blocked meanwhile).
@@ -161,7 +169,7 @@ class Signaller(Watchers):
                 if len(self._removed) > CAPACITY:
                     del self._removed[next(iter(self._removed))]
                 self._put(Step(Op.RMDIR if is_dir else Op.UNLINK, path, is_dir=is_dir,
-                               gone=self._inode_at(path)))
+                               gone=self._inode_at(path), forget_old=self._entry(path)))
             return
         removed = self._removed.pop(path, False) is None  # (its removal was replayed last)
         node = self.state.inodes.at(path)
@@ -197,7 +205,7 @@ class Signaller(Watchers):
             del self._removed[next(iter(self._removed))]
         self._make_ancestors(new)
         self._put(Step(Op.RENAME, old, new=new, is_dir=is_dir, forget=self._entry(new),
-                       gone=self._inode_at(old)))
+                       gone=self._inode_at(old), forget_old=self._entry(old)))
 
     def _inode_at(self, path: str) -> int:
         node = self.state.inodes.at(path)
@@ -219,9 +227,18 @@ class Signaller(Watchers):
         return node is not None and not node.detached and node.inode != step.gone
 
     def check_still_gone(self, step: Step) -> None:
-        """The adapter's answer to the signaller's unlink, rmdir or rename: ENOENT when the
-        name was made again since (``made_again``), else nothing to do (its ghost)."""
-        if self.made_again(step):
+        """The adapter's answer to the signaller's unlink, rmdir or rename: nothing to do when
+        the kernel acts on the ghost it was given for the name; ENOENT when the name was made
+        again since (``made_again``), or when the kernel was given no ghost in this step.
+
+        Trap: the kernel looks a name up only when its entry is not valid. The change's own
+        invalidation of the old name (``RemoteChanges._forget``) is asynchronous, and the
+        signaller's thread could win the race: the kernel then renamed the *real* node (its
+        entry valid for the TTL) to the new name, and a reader's open of the new name reached
+        a node whose path was the old one — a GET of a gone key, ENOENT (CI, the RabbitMQ
+        test's ``h.md`` just listed). ``_perform`` forgets the old name first, synchronously;
+        this refuses what slips through (another process's lookup in between)."""
+        if self.made_again(step) or not self.ghost_given:
             raise fail(errno.ENOENT)
 
     def _entry(self, path: str) -> tuple[int, str]:
@@ -317,6 +334,7 @@ class Signaller(Watchers):
             mode, kind = stat.S_IFREG | config.default_file_mode, Kind.FILE
         node = self.state.inodes.ghost(step.path, kind, mode, config.uid, config.gid)
         self.state.inodes.hold(node)
+        self.ghost_given = True
         return node
 
     # -- the signaller's thread ----------------------------------------------------------------
@@ -329,6 +347,7 @@ class Signaller(Watchers):
                 self._queued.discard(step.path)
                 self._performing = step.path
             self.made_node = None
+            self.ghost_given = False
             self.current = step
             try:
                 self._perform(step)
@@ -347,6 +366,8 @@ class Signaller(Watchers):
         full = str(self.mountpoint / step.path)
         if step.forget[0]:
             self._forget_entry(*step.forget)
+        if step.forget_old[0]:
+            self._forget_entry(*step.forget_old)
         if step.op is Op.MKNOD:
             os.mknod(full, stat.S_IFREG | 0o600)
             _touch(full)  # its content came with it: as ``cmd > file`` (created, then written)

@@ -10,6 +10,12 @@ core and S3 held it (the battery's ``FileNotFoundError`` on a Maildir's ``cur``/
 an MH mailbox's ``.mh_sequences``). Here the core alone decides, on the in-memory store: such a
 step is answered "no such name" and refused, and a removal of a name still gone is replayed as
 before.
+
+A removal or rename the kernel performs without looking the name up acts on the node whose
+entry it holds: the real one, when the change's own (asynchronous) invalidation of the name had
+not landed yet. The kernel then moved the real node to the new name, and a reader's open of it
+read the old, gone key: ENOENT (CI, the RabbitMQ test's renamed file just listed). So the old
+name is forgotten first, and a step given no ghost is refused.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from memfs.events.change import ChangeKind
 from memfs.mount.config import MountConfig
 from memfs.mount.core import MemFSCore
 from memfs.mount.nodes import ROOT_INODE
-from memfs.mount.signalling import Answer, Signaller, Step
+from memfs.mount.signalling import Answer, Op, Signaller, Step
 from tests.core.test_core_big_dirs import ME
 from tests.support.memory_store import MemoryStore
 
@@ -98,6 +104,8 @@ def test_a_removal_of_a_name_still_gone_is_replayed_on_a_ghost() -> None:
         step = queued(signals)
         assert not signals.made_again(step)
         assert signals.lookup_answer(step, notes, "a.md") is Answer.GHOST
+        ghost = await signals.lookup(step, notes.inode, "a.md")  # the kernel's lookup
+        assert ghost is not None and ghost.detached and ghost.inode != step.gone
         signals.check_still_gone(step)  # nothing to refuse
         # The same once the core has dropped the name (a HEAD found it gone).
         core.inodes.detach("notes/a.md")
@@ -105,3 +113,54 @@ def test_a_removal_of_a_name_still_gone_is_replayed_on_a_ghost() -> None:
         signals.check_still_gone(step)
 
     trio.run(main)
+
+
+@pytest.mark.parametrize("op", ["unlink", "rename"])
+def test_a_replay_the_kernel_performs_on_the_real_node_is_refused(op: str) -> None:
+    core = core_with("notes/g.md")
+    signals = signaller_of(core)
+
+    async def main() -> None:
+        notes = await core.lookup(ROOT_INODE, "notes")
+        assert notes is not None
+        real = await core.lookup(notes.inode, "g.md")  # the kernel holds its entry
+        assert real is not None
+        if op == "rename":
+            signals.renamed("notes/g.md", "notes/h.md")
+        else:
+            signals.changed("notes/g.md", ChangeKind.REMOVED)
+        step = queued(signals)
+        assert step.forget_old == (notes.inode, "g.md")  # forgotten before the syscall
+        # The kernel did not ask (its entry was still valid): it would act on ``real``.
+        with pytest.raises(OSError) as refused:
+            signals.check_still_gone(step)
+        assert refused.value.errno == errno.ENOENT
+        # Asked, it is given a ghost, and the step goes through on it.
+        ghost = await signals.lookup(step, notes.inode, "g.md")
+        assert ghost is not None and ghost is not real
+        signals.check_still_gone(step)
+        assert core.inodes.at("notes/g.md") is real and not real.detached
+
+    trio.run(main)
+
+
+@pytest.mark.parametrize("op", [Op.UNLINK, Op.RMDIR, Op.RENAME])
+def test_the_old_name_is_forgotten_before_the_syscall(op: Op, tmp_path: Path) -> None:
+    """``_perform`` on a plain directory standing for the mount: the kernel is told to forget
+    the old name (and a rename's new one) while the old name still stands."""
+    core = core_with()
+    (tmp_path / "d").mkdir()
+    old = tmp_path / "d" / "old"
+    old.mkdir() if op is Op.RMDIR else old.write_text("x")
+    forgotten: list[tuple[int, str, bool]] = []
+
+    def forget_entry(inode: int, name: str) -> None:
+        forgotten.append((inode, name, old.exists()))
+
+    signals = Signaller(core, tmp_path, signaller_of(core)._resolve, forget_entry)
+    step = Step(op, "d/old", new="d/new" if op is Op.RENAME else "", is_dir=op is Op.RMDIR,
+                forget=(7, "new") if op is Op.RENAME else (0, ""), forget_old=(7, "old"))
+    signals._perform(step)
+    assert not old.exists()
+    assert (7, "old", True) in forgotten
+    assert all(still for _, _, still in forgotten)
