@@ -227,13 +227,12 @@ class Renames(Part):
         """Upload what a writer of ``src`` holds, so the move takes it, not an older version.
         Caller holds its uploads (``HandleTable.uploads_held``)."""
         of = self.handles.shared.get(src.inode)
-        if of is not None and (of.is_new or of.dirty):
-            await self.uploader.upload(of)
-        elif of is not None and of.meta_dirty:
-            # Trap: a chmod by path after close(2) but before its RELEASE only marks the state;
-            # the COPY takes S3's metadata, and the next revalidation took the old mode back
-            # (mailbox's flush: chmod the new file, rename it over the old; issue 50).
-            await self.uploader.send_metadata(of)
+        if of is not None:
+            # Trap: the metadata too. A chmod by path after close(2) but before its RELEASE
+            # only marks the state; the COPY takes S3's metadata, and the next revalidation
+            # took the old mode back (mailbox's flush: chmod the new file, rename it over the
+            # old; issue 50).
+            await self.uploader.send_pending(of)
 
     async def _move_file(self, src: Node, dst_path: str, dst: Node | None) -> None:
         """S3's side of a file rename done now (not deferred), replacing ``dst`` if given."""
@@ -337,10 +336,7 @@ class Renames(Part):
         name"). An empty directory replaced goes as ``rmdir`` would, with the file it hid and the
         keys under it no entry shows."""
         for of in self.state.open_below(src.path):  # changes S3 has not seen: first
-            if of.dirty or of.is_new:  # (the caller holds their uploads)
-                await self.uploader.upload(of)
-            elif of.meta_dirty:
-                await self.uploader.send_metadata(of)
+            await self.uploader.send_pending(of)  # (the caller holds their uploads)
         keys = await self._keys_to_move(src)
         hidden = await self.hidden.take_shadowed(src_parent, src.name())
         if dst is not None:

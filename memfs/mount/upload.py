@@ -72,10 +72,16 @@ class Uploader(Part):
             if of.node.detached:
                 of.dirty = of.meta_dirty = of.is_new = False  # the name is gone: nothing to keep
                 return
-            if of.dirty or of.is_new:
-                await self.upload(of)
-            elif of.meta_dirty:
-                await self.send_metadata(of)
+            await self.send_pending(of)
+
+    async def send_pending(self, of: OpenFile) -> None:
+        """What S3 has not seen of the state: its bytes (``upload``), or, when only its
+        chmod/chown/utimens are pending, those alone (``send_metadata``). Caller holds
+        ``of.lock``."""
+        if of.dirty or of.is_new:
+            await self.upload(of)
+        elif of.meta_dirty:
+            await self.send_metadata(of)
 
     async def send_metadata(self, of: OpenFile) -> None:
         """The state's pending chmod/chown/utimens alone (no bytes changed): a COPY in place.
